@@ -1,0 +1,64 @@
+# Packed Data Formats for Deep Learning: build, data and test targets.
+# Every target sets up what it needs, so each works on a fresh clone.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# uv is bootstrapped here from PyPI when it is not on PATH.
+TOOLS := .tools
+# Never let uv download its own Python: the course uses the machine's python3.
+export UV_PYTHON_DOWNLOADS := never
+# Notebooks converted from MyST markdown for nbval.
+NBTEST := _build/nbtest
+NOTEBOOK_DIRS := chapters solutions
+CELL_TIMEOUT ?= 600
+
+.PHONY: help setup data book test clean distclean
+
+help:
+	@echo "make book       set up, generate data, execute every chapter, build _build/html"
+	@echo "make test       unit tests + every chapter and solution notebook under nbval"
+	@echo "make setup      create .venv with uv and install the course package (editable)"
+	@echo "make data       generate the 10k-image dataset (no-op if a verified one exists)"
+	@echo "make clean      remove _build/ and paired .ipynb files"
+	@echo "make distclean  also remove .venv/, $(TOOLS)/ and the generated data"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@set -e; \
+	uv=$$(command -v uv || true); \
+	if [ -z "$$uv" ]; then \
+	  uv=$(TOOLS)/bin/uv; \
+	  if [ ! -x "$$uv" ]; then \
+	    echo "uv not found on PATH: installing it from PyPI into $(TOOLS)/"; \
+	    $(PYTHON) -m venv $(TOOLS); \
+	    $(TOOLS)/bin/pip install --quiet uv; \
+	  fi; \
+	fi; \
+	"$$uv" venv --allow-existing --python $(PYTHON) $(VENV); \
+	"$$uv" pip install --python $(PY) -e .
+	@touch $@
+
+data: setup
+	$(PY) -m packlab.data
+
+book: data
+	$(VENV)/bin/jupyter-book build .
+	@echo "open _build/html/index.html"
+
+test: data
+	@rm -rf $(NBTEST)
+	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name '[0-9]*.md' 2>/dev/null | sort); do \
+	  $(VENV)/bin/jupytext --quiet --to ipynb --output $(NBTEST)/$${f%.md}.ipynb $$f; \
+	done
+	$(PY) -m pytest tests $$(test -d $(NBTEST) && echo $(NBTEST)) \
+	  --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider
+
+clean:
+	rm -rf _build
+	find chapters solutions exercises -name '*.ipynb' -delete 2>/dev/null || true
+
+distclean: clean
+	rm -rf $(VENV) $(TOOLS) data

@@ -1,0 +1,1 @@
+"""packlab: support code for the course."""

@@ -1,0 +1,325 @@
+"""Pack the JPEG folder into archives: ZIP files, raw-pixel folders and tar shards.
+
+Three kinds of member, and why they matter for timing:
+
+* ``members="jpeg"`` stores the original encoded bytes (``<key>.jpg``). Reading one back
+  still needs a JPEG decode and a resize. Comparing it with the folder isolates the
+  effect of *packing* (one open file instead of thousands).
+* ``members="raw"`` stores pixels already decoded and resized to 256x256 (``<key>.raw``,
+  uint8, height x width x RGB, see :data:`packlab.transforms.RAW_SHAPE`). Reading one back
+  skips decode and resize: that is the effect of *preprocessing once, offline*, and it
+  costs several times the disk space.
+* Tar shards follow the WebDataset convention: the files of one sample share a key and
+  differ by extension (``000123.jpg``, ``000123.cls``), sit next to each other, and each
+  shard is sorted by name. Samples are shuffled *before* they are cut into shards,
+  because a shuffle buffer at read time cannot repair shards cut from a class-sorted list.
+
+Every writer writes to a temporary name and renames when done, so an interrupted run
+never leaves a half-written archive under the final name.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import re
+import tarfile
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from packlab import data, paths
+from packlab.transforms import decode_and_resize
+
+MEMBER_KINDS = ("jpeg", "raw")
+COMPRESSIONS = {"stored": zipfile.ZIP_STORED, "deflated": zipfile.ZIP_DEFLATED}
+#: The name inside every zip that holds its labels (``key,label``), so an archive is self-contained.
+ZIP_LABELS_MEMBER = "labels.csv"
+
+
+def member_name(key: str, members: str) -> str:
+    """Archive member name for a sample: ``000123.jpg`` or ``000123.raw``."""
+    if members not in MEMBER_KINDS:
+        raise ValueError(f"members must be one of {MEMBER_KINDS}, got {members!r}")
+    return f"{key}.jpg" if members == "jpeg" else f"{key}.raw"
+
+
+def _select(samples: Sequence[data.Sample] | None, root: Path | None) -> list[data.Sample]:
+    return list(samples) if samples is not None else data.load_manifest(root)
+
+
+def _raw_pixels(job: tuple[str, str]) -> bytes:
+    path, key = job
+    with open(path, "rb") as f:
+        return decode_and_resize(f.read(), source=path).tobytes()
+
+
+def iter_member_bytes(
+    samples: Sequence[data.Sample],
+    members: str,
+    root: Path | None = None,
+    workers: int | None = None,
+) -> Iterator[bytes]:
+    """Yield each sample's member bytes, in order.
+
+    ``jpeg`` members are the files as they are; ``raw`` members are decoded and resized in
+    a pool of ``workers`` processes (default: all cores), since that is the slow part.
+    """
+    member_name("x", members)  # validates
+    jobs = [(str(data.image_path(s.key, root)), s.key) for s in samples]
+    if members == "jpeg":
+        for path, _ in jobs:
+            with open(path, "rb") as f:
+                yield f.read()
+        return
+    workers = workers or data.available_cores()
+    if workers == 1:
+        yield from map(_raw_pixels, jobs)
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with multiprocessing.get_context(method).Pool(workers) as pool:
+        yield from pool.imap(_raw_pixels, jobs, chunksize=16)
+
+
+def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="img", disable=not enabled)
+
+
+def write_zip(
+    dst: Path | str,
+    *,
+    members: str = "jpeg",
+    compression: str = "stored",
+    samples: Sequence[data.Sample] | None = None,
+    root: Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Pack samples (default: the whole manifest) into one zip file at ``dst``.
+
+    ``compression`` is ``"stored"`` (no compression: members can be read with one seek and
+    one read) or ``"deflated"`` (zlib; JPEG bytes barely shrink, raw pixels do). The archive
+    also holds ``labels.csv`` so it can be read without the original folder.
+    """
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {sorted(COMPRESSIONS)}, got {compression!r}")
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    samples = _select(samples, root)
+    tmp = dst.with_name(dst.name + ".partial")
+    with zipfile.ZipFile(tmp, "w", compression=COMPRESSIONS[compression]) as archive:
+        archive.writestr(ZIP_LABELS_MEMBER, "key,label\n" + "".join(f"{s.key},{s.label}\n" for s in samples))
+        payloads = iter_member_bytes(samples, members, root)
+        for sample, payload in _progress(zip(samples, payloads), len(samples), f"zip ({members}, {compression})", progress):
+            # A fixed timestamp makes archives byte-identical from run to run.
+            info = zipfile.ZipInfo(member_name(sample.key, members), date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = COMPRESSIONS[compression]
+            archive.writestr(info, payload)
+    os.replace(tmp, dst)
+    return dst
+
+
+def write_raw_folder(
+    dst: Path | str,
+    *,
+    samples: Sequence[data.Sample] | None = None,
+    root: Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Write one ``<key>.raw`` file of resized pixels per sample into folder ``dst``.
+
+    This is preprocessing without packing: as many files as the JPEG folder, but no
+    decode or resize left to do when reading.
+    """
+    dst = Path(dst)
+    samples = _select(samples, root)
+    tmp = dst.with_name(dst.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    payloads = iter_member_bytes(samples, "raw", root)
+    for sample, payload in _progress(zip(samples, payloads), len(samples), "raw folder", progress):
+        (tmp / member_name(sample.key, "raw")).write_bytes(payload)
+    if dst.exists():
+        import shutil
+
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+    return dst
+
+
+# ------------------------------------------------------------------------ tar shards
+
+_TAR_BLOCK = 512
+_TAR_RECORD = tarfile.RECORDSIZE  # archives are padded to whole records of 20 blocks
+
+
+def tar_member_size(nbytes: int) -> int:
+    """Bytes a member of ``nbytes`` takes in a ustar archive: one header block plus padded data."""
+    return _TAR_BLOCK + -(-nbytes // _TAR_BLOCK) * _TAR_BLOCK
+
+
+def tar_archive_size(member_bytes: int) -> int:
+    """Size on disk of an archive whose members take ``member_bytes`` (see :func:`tar_member_size`).
+
+    Two zero blocks mark the end, and the whole is padded to a multiple of the record size.
+    """
+    return -(-(member_bytes + 2 * _TAR_BLOCK) // _TAR_RECORD) * _TAR_RECORD
+
+
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    # Fixed owner, mode and time: the same samples always give byte-identical shards.
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = 0o644
+    info.mtime = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_tar_shards(
+    dst_dir: Path | str,
+    *,
+    samples: Sequence[data.Sample] | None = None,
+    root: Path | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    maxcount: int = 1000,
+    maxsize: int | None = None,
+    prefix: str = "shard",
+    progress: bool = True,
+) -> list[Path]:
+    """Write samples as WebDataset-style tar shards ``<prefix>-000000.tar, ...`` in ``dst_dir``.
+
+    Each sample becomes ``<key>.cls`` (the label as decimal text) and ``<key>.jpg`` (the
+    original JPEG bytes), adjacent; each shard is sorted by member name. With ``shuffle``
+    (the default) the sample order is permuted with ``seed`` before cutting; with
+    ``shuffle=False`` shards are cut from ``samples`` in the order given. A new shard starts
+    when the current one holds ``maxcount`` samples or another sample would push it past
+    ``maxsize`` bytes. Old shards with the same prefix in ``dst_dir`` are removed first.
+    Returns the shard paths; :func:`brace_pattern` turns them into ``shard-{000000..000009}.tar``.
+    """
+    if maxcount < 1:
+        raise ValueError("maxcount must be at least 1")
+    dst_dir = Path(dst_dir)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    samples = _select(samples, root)
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(len(samples))
+        samples = [samples[i] for i in order]
+
+    groups: list[list[data.Sample]] = [[]]
+    size = 0  # member bytes in the current shard
+    for sample in samples:
+        need = tar_member_size(len(str(sample.label))) + tar_member_size(sample.bytes)
+        if maxsize is not None and tar_archive_size(need) > maxsize:
+            raise ValueError(
+                f"sample {sample.key} alone makes a {tar_archive_size(need)}-byte shard, more than maxsize={maxsize}"
+            )
+        current = groups[-1]
+        if current and (len(current) >= maxcount or (maxsize is not None and tar_archive_size(size + need) > maxsize)):
+            groups.append([])
+            size = 0
+        groups[-1].append(sample)
+        size += need
+    if not groups[-1]:
+        groups.pop()
+
+    for old in dst_dir.glob(f"{prefix}-*.tar"):
+        old.unlink()
+    written = []
+    bar = _progress(None, len(samples), "tar shards", progress)
+    for index, group in enumerate(groups):
+        path = dst_dir / f"{prefix}-{index:06d}.tar"
+        tmp = path.with_name(path.name + ".partial")
+        with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for sample in sorted(group, key=lambda s: s.key):
+                label = str(sample.label).encode()
+                tar.addfile(_tarinfo(f"{sample.key}.cls", len(label)), io.BytesIO(label))
+                with open(data.image_path(sample.key, root), "rb") as f:
+                    tar.addfile(_tarinfo(f"{sample.key}.jpg", sample.bytes), f)
+                bar.update()
+        os.replace(tmp, path)
+        written.append(path)
+    bar.close()
+    return written
+
+
+def brace_pattern(shard_paths: Sequence[Path | str]) -> str:
+    """Compress consecutive shard names into one brace pattern.
+
+    ``[.../shard-000000.tar, ..., .../shard-000009.tar]`` becomes
+    ``.../shard-{000000..000009}.tar``, the form ``webdataset`` and the ``braceexpand``
+    package expand back into the list.
+    """
+    if not shard_paths:
+        raise ValueError("no shards given")
+    names = [str(p) for p in shard_paths]
+    match = [re.fullmatch(r"(.*-)(\d+)(\.tar)", n) for n in names]
+    if not all(match):
+        raise ValueError("shard names must look like <prefix>-<digits>.tar")
+    head, first, tail = match[0].groups()
+    width = len(first)
+    numbers = [int(m.group(2)) for m in match]
+    consecutive = numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+    if not consecutive or any(m.group(1) != head or len(m.group(2)) != width for m in match):
+        raise ValueError("shards must be consecutively numbered with one prefix")
+    if len(names) == 1:
+        return names[0]
+    return f"{head}{{{numbers[0]:0{width}d}..{numbers[-1]:0{width}d}}}{tail}"
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """Expand a brace pattern such as ``shard-{000000..000009}.tar`` into shard names."""
+    import braceexpand
+
+    return list(braceexpand.braceexpand(pattern))
+
+
+# ------------------------------------------------------------ cached course artefacts
+
+
+def _fresh(target: Path, root: Path | None) -> bool:
+    """True when ``target`` exists and was written after the dataset's manifest."""
+    manifest = paths.manifest_path(root)
+    return target.exists() and manifest.exists() and target.stat().st_mtime >= manifest.stat().st_mtime
+
+
+def ensure_zip(
+    members: str = "jpeg", compression: str = "stored", root: Path | None = None, progress: bool = True
+) -> Path:
+    """The course's zip of the whole dataset with these settings, written once and then reused.
+
+    Lives at ``<data root>/packed/images-<members>-<compression>.zip``; rewritten when the
+    dataset was regenerated after it. Chapters call this so each can run on its own.
+    """
+    target = paths.packed_dir(root) / f"images-{members}-{compression}.zip"
+    if not _fresh(target, root):
+        write_zip(target, members=members, compression=compression, root=root, progress=progress)
+    return target
+
+
+def ensure_raw_folder(root: Path | None = None, progress: bool = True) -> Path:
+    """The course's folder of pre-resized raw pixels (one file per sample), written once and reused."""
+    target = paths.packed_dir(root) / "raw-folder"
+    if not _fresh(target, root):
+        write_raw_folder(target, root=root, progress=progress)
+    return target
+
+
+def ensure_tar_shards(
+    name: str = "shards", maxcount: int = 1000, seed: int = 0, root: Path | None = None, progress: bool = True
+) -> list[Path]:
+    """The course's shuffled tar shards of the whole dataset in ``<data root>/packed/<name>/``, written once.
+
+    Rewritten when the dataset is newer or the shard count no longer matches ``maxcount``.
+    """
+    folder = paths.packed_dir(root) / name
+    count = len(data.load_manifest(root))
+    expected = -(-count // maxcount)
+    existing = sorted(folder.glob("shard-*.tar"))
+    if len(existing) != expected or not all(_fresh(p, root) for p in existing):
+        existing = write_tar_shards(folder, root=root, maxcount=maxcount, seed=seed, progress=progress)
+    return existing

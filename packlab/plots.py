@@ -1,0 +1,131 @@
+"""Figures the chapters show. Every function returns the matplotlib Figure it drew on.
+
+Axes always carry a label with units; values always come from a measurement made in the
+same run (the functions only draw what they are given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def plot_sample_grid(root: Path | None = None, per_class: int = 6, thumb: int = 96):
+    """A grid of the first ``per_class`` images of each class, one row per class."""
+    from PIL import Image
+
+    from packlab import data
+
+    manifest = data.load_manifest(root)
+    names = data.CLASS_NAMES
+    picks: dict[int, list[data.Sample]] = {c: [] for c in range(len(names))}
+    for sample in manifest:
+        if len(picks[sample.label]) < per_class:
+            picks[sample.label].append(sample)
+    fig, axes = plt.subplots(len(names), per_class, figsize=(per_class * 1.3, len(names) * 1.3))
+    for label, row in zip(picks, axes):
+        for col, ax in enumerate(row):
+            sample = picks[label][col] if col < len(picks[label]) else None
+            if sample is not None:
+                with Image.open(data.image_path(sample.key, root)) as im:
+                    ax.imshow(im.convert("RGB").resize((thumb, thumb)))
+                ax.set_title(f"{sample.width}×{sample.height}", fontsize=6, pad=2)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if col == 0:
+                ax.set_ylabel(f"{label}: {names[label]}", fontsize=8, rotation=0, ha="right", va="center")
+    fig.suptitle("Generated dataset: samples per class (title: original width × height in px)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_size_histograms(samples: Sequence, bins: int = 40):
+    """Histograms of file size (kB) and of image width and height (px)."""
+    sizes = np.array([s.bytes for s in samples]) / 1e3
+    widths = np.array([s.width for s in samples])
+    heights = np.array([s.height for s in samples])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+    ax1.hist(sizes, bins=bins, color="tab:blue")
+    ax1.set_xlabel("JPEG file size (kB)")
+    ax1.set_ylabel("number of images")
+    ax2.hist([widths, heights], bins=bins, label=["width", "height"], color=["tab:orange", "tab:green"])
+    ax2.set_xlabel("pixels")
+    ax2.set_ylabel("number of images")
+    ax2.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_throughput_vs_workers(
+    series: Mapping[str, Mapping[int, float]],
+    ceiling: float | None = None,
+    ax=None,
+    title: str | None = None,
+):
+    """Images/s against ``num_workers``, one line per loader.
+
+    ``series`` maps a loader name to ``{num_workers: images_per_s}``. ``ceiling``, if
+    given, draws a horizontal reference line (e.g. decode throughput on all cores).
+    """
+    fig, ax = _fig_ax(ax, figsize=(6.5, 4))
+    for name, points in series.items():
+        workers = sorted(points)
+        ax.plot(workers, [points[w] for w in workers], marker="o", label=name)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="grey", linestyle="--", label="ceiling")
+    ax.set_xlabel("num_workers (DataLoader worker processes)")
+    ax.set_ylabel("throughput (images/s)")
+    ax.set_ylim(bottom=0)
+    all_workers = sorted({w for points in series.values() for w in points})
+    ax.set_xticks(all_workers)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bench_bars(results: Sequence, ax=None, title: str | None = None):
+    """Horizontal bars of images/s, one per :class:`packlab.bench.BenchResult`."""
+    fig, ax = _fig_ax(ax, figsize=(6.5, 0.5 + 0.45 * len(results)))
+    names = [r.name for r in results]
+    values = [r.images_per_s for r in results]
+    bars = ax.barh(names, values, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:.0f}" for v in values], padding=3, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("throughput (images/s)")
+    ax.margins(x=0.15)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_label_sequence(sequences: Mapping[str, Sequence[int]], num_classes: int = 10, ax=None):
+    """The labels of the first samples a loader delivers, in order, one row per loader.
+
+    A well-shuffled stream looks like noise; a stream cut from a class-sorted list shows
+    long runs of one class.
+    """
+    fig, ax = _fig_ax(ax, figsize=(8, 0.6 + 0.5 * len(sequences)))
+    names = list(sequences)
+    length = max(len(s) for s in sequences.values())
+    image = np.full((len(names), length), np.nan)
+    for i, name in enumerate(names):
+        image[i, : len(sequences[name])] = sequences[name]
+    ax.imshow(image, aspect="auto", interpolation="nearest", cmap="tab10", vmin=-0.5, vmax=num_classes - 0.5)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("position in the stream (samples)")
+    fig.tight_layout()
+    return fig
+
+
+def _fig_ax(ax, figsize):
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize)
+        return fig, ax
+    return ax.figure, ax

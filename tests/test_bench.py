@@ -1,0 +1,75 @@
+"""The timing harness counts what it should and refuses to report nonsense."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from packlab.bench import BenchResult, BenchTable, batch_size_of, time_loader, time_per_item
+
+
+def _loader(n=50, batch_size=8):
+    return DataLoader(TensorDataset(torch.zeros(n, 3), torch.arange(n)), batch_size=batch_size)
+
+
+def test_time_loader_counts_images_per_epoch():
+    result = time_loader(_loader(50, 8), epochs=3, name="toy", bytes_per_epoch=5_000_000)
+    assert result.images_per_epoch == 50
+    assert len(result.epoch_seconds) == 3
+    assert result.images_per_s == pytest.approx(150 / sum(result.epoch_seconds))
+    assert result.mb_per_s == pytest.approx(15 / sum(result.epoch_seconds))
+    assert 0 <= result.first_batch_seconds <= result.epoch_seconds[0]
+
+
+def test_on_batch_runs_inside_the_timed_region():
+    result = time_loader(_loader(20, 10), epochs=1, on_batch=lambda batch: time.sleep(0.05))
+    assert result.epoch_seconds[0] >= 0.1
+
+
+def test_batch_size_of_understands_common_batch_shapes():
+    assert batch_size_of((torch.zeros(4, 3), torch.zeros(4))) == 4
+    assert batch_size_of([torch.zeros(5, 2), torch.zeros(5), ["a"] * 5]) == 5
+    assert batch_size_of({"image": torch.zeros(6, 1)}) == 6
+    assert batch_size_of(torch.zeros(7, 3)) == 7
+    assert batch_size_of([1, 2, 3]) == 3
+
+
+def test_epochs_of_different_length_are_an_error():
+    class Shrinking:
+        def __init__(self):
+            self.n = 3
+
+        def __iter__(self):
+            self.n -= 1
+            return iter([torch.zeros(2, 1)] * self.n)
+
+    with pytest.raises(RuntimeError, match="different numbers"):
+        time_loader(Shrinking(), epochs=2)
+
+
+def test_an_empty_loader_is_an_error():
+    with pytest.raises(RuntimeError, match="no samples"):
+        time_loader([], epochs=1)
+    with pytest.raises(ValueError):
+        time_loader(_loader(), epochs=0)
+
+
+def test_results_print_as_a_table():
+    a = BenchResult("folder, 0 workers", [2.0, 1.0], 300, 0.1, bytes_per_epoch=30_000_000)
+    b = BenchResult("zip, 2 workers", [1.0, 0.5], 300, 0.3)
+    text = str(BenchTable([a, b]))
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["loader", "epochs", "s/epoch"]
+    assert "folder, 0 workers" in lines[2] and "200" in lines[2] and "20.0" in lines[2]
+    assert "zip, 2 workers" in lines[3] and "400" in lines[3]
+    assert "<table>" in a._repr_html_() and "folder, 0 workers" in a._repr_html_()
+    assert str(a).splitlines()[0] == lines[0]
+    assert a.to_dict()["images_per_s"] == pytest.approx(200)
+
+
+def test_time_per_item_is_per_item():
+    seconds = time_per_item(lambda x: time.sleep(0.01), range(5), repeat=2)
+    assert 0.009 <= seconds < 0.05

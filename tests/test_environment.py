@@ -1,0 +1,74 @@
+"""The environment the course runs in: pins agree everywhere, and torch/torchvision really work."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib.metadata import version
+
+import yaml
+
+from packlab import paths
+
+# conda-forge names that differ from the PyPI names
+CONDA_TO_PYPI = {"pytorch": "torch"}
+
+
+def _pyproject_pins() -> dict[str, str]:
+    project = tomllib.loads((paths.repo_root() / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for requirement in project["dependencies"]:
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", requirement)
+        assert match, f"pyproject.toml: {requirement!r} is not pinned exactly (name==version)"
+        pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+def _environment_pins() -> dict[str, str]:
+    env = yaml.safe_load((paths.repo_root() / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"]
+    pins = {}
+    for dep in env["dependencies"]:
+        if not isinstance(dep, str) or dep in ("pip",) or dep.startswith("python="):
+            continue
+        name, _, pinned = dep.partition("=")
+        assert pinned and not pinned.startswith("="), f"environment.yml: {dep!r} is not pinned as name=version"
+        pins[CONDA_TO_PYPI.get(name.lower(), name.lower())] = pinned
+    return pins
+
+
+def test_environment_yml_matches_pyproject():
+    pyproject, environment = _pyproject_pins(), _environment_pins()
+    assert set(pyproject) == set(environment), (
+        f"only in pyproject.toml: {sorted(set(pyproject) - set(environment))}; "
+        f"only in environment.yml: {sorted(set(environment) - set(pyproject))}"
+    )
+    differing = {n: (pyproject[n], environment[n]) for n in pyproject if pyproject[n] != environment[n]}
+    assert not differing, f"versions differ (pyproject, environment.yml): {differing}"
+
+
+def test_installed_versions_are_the_pinned_ones():
+    wrong = {}
+    for name, pinned in _pyproject_pins().items():
+        installed = version(name).split("+")[0]  # torch reports e.g. 2.13.0+cu130
+        if installed != pinned:
+            wrong[name] = (pinned, installed)
+    assert not wrong, f"installed versions differ from the pins (pinned, installed): {wrong}"
+
+
+def test_python_requirement():
+    project = tomllib.loads((paths.repo_root() / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.10"
+
+
+def test_torchvision_imports_and_its_operators_are_registered():
+    # A torchvision built for another torch imports but fails here with
+    # "operator torchvision::nms does not exist".
+    import torch
+    import torchvision
+
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0], [50.0, 50.0, 60.0, 60.0]])
+    scores = torch.tensor([0.9, 0.8, 0.7])
+    keep = torchvision.ops.nms(boxes, scores, iou_threshold=0.5)
+    assert keep.tolist() == [0, 2]
+    from torchvision.io import decode_jpeg  # noqa: F401  (the image extension loads)

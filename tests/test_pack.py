@@ -1,0 +1,169 @@
+"""Archives written by packlab.pack hold exactly the dataset, in the promised layout."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import zipfile
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from packlab import data, pack
+from packlab.transforms import RAW_SHAPE, pixels_to_tensor, standard_transform
+
+
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_zip_of_jpegs_round_trips_the_original_bytes(tmp_path, small_root, small_manifest, compression):
+    path = pack.write_zip(tmp_path / "a.zip", compression=compression, root=small_root, progress=False)
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        assert names[0] == pack.ZIP_LABELS_MEMBER
+        assert names[1:] == [f"{s.key}.jpg" for s in small_manifest]
+        for sample in small_manifest:
+            info = zf.getinfo(f"{sample.key}.jpg")
+            assert info.compress_type == pack.COMPRESSIONS[compression]
+            assert hashlib.sha256(zf.read(info)).hexdigest() == sample.sha256
+        labels = zf.read(pack.ZIP_LABELS_MEMBER).decode().splitlines()
+    assert labels[0] == "key,label"
+    assert labels[1:] == [f"{s.key},{s.label}" for s in small_manifest]
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_zip_of_raw_pixels_equals_the_standard_transform(tmp_path, small_root, small_manifest):
+    path = pack.write_zip(tmp_path / "raw.zip", members="raw", compression="deflated", root=small_root, progress=False)
+    with zipfile.ZipFile(path) as zf:
+        for sample in small_manifest[:8]:
+            raw = zf.read(f"{sample.key}.raw")
+            assert len(raw) == int(np.prod(RAW_SHAPE))
+            expected = standard_transform(data.image_path(sample.key, small_root).read_bytes())
+            assert torch.equal(pixels_to_tensor(raw), expected)
+
+
+def test_raw_zip_is_several_times_larger_and_deflate_shrinks_it(tmp_path, small_root, small_manifest):
+    jpeg = pack.write_zip(tmp_path / "j.zip", root=small_root, progress=False).stat().st_size
+    raw_stored = pack.write_zip(tmp_path / "rs.zip", members="raw", root=small_root, progress=False).stat().st_size
+    raw_deflated = pack.write_zip(
+        tmp_path / "rd.zip", members="raw", compression="deflated", root=small_root, progress=False
+    ).stat().st_size
+    assert raw_stored > 3 * jpeg
+    assert raw_deflated < raw_stored
+
+
+def test_zip_archives_are_reproducible(tmp_path, small_root):
+    a = pack.write_zip(tmp_path / "1.zip", root=small_root, progress=False).read_bytes()
+    b = pack.write_zip(tmp_path / "2.zip", root=small_root, progress=False).read_bytes()
+    assert a == b
+
+
+def test_bad_arguments_are_refused(tmp_path, small_root):
+    with pytest.raises(ValueError, match="members"):
+        pack.write_zip(tmp_path / "x.zip", members="png", root=small_root, progress=False)
+    with pytest.raises(ValueError, match="compression"):
+        pack.write_zip(tmp_path / "x.zip", compression="bzip2", root=small_root, progress=False)
+
+
+def test_raw_folder_has_one_file_per_sample(tmp_path, small_root, small_manifest):
+    folder = pack.write_raw_folder(tmp_path / "raw", root=small_root, progress=False)
+    assert sorted(p.name for p in folder.iterdir()) == [f"{s.key}.raw" for s in small_manifest]
+
+
+def _tar_members(path):
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def test_tar_shards_follow_the_webdataset_convention(tmp_path, small_root, small_manifest):
+    shards = pack.write_tar_shards(tmp_path, root=small_root, maxcount=16, progress=False)
+    assert [p.name for p in shards] == [f"shard-{i:06d}.tar" for i in range(4)]
+    by_key = {s.key: s for s in small_manifest}
+    seen = Counter()
+    for shard in shards:
+        members = _tar_members(shard)
+        names = [name for name, _ in members]
+        assert names == sorted(names), "members are sorted by name within a shard"
+        assert len(members) <= 2 * 16
+        for (cls_name, cls), (jpg_name, jpg) in zip(members[::2], members[1::2]):
+            key = cls_name.removesuffix(".cls")
+            assert cls_name == f"{key}.cls" and jpg_name == f"{key}.jpg", "a sample's files are adjacent"
+            assert int(cls.decode()) == by_key[key].label
+            assert hashlib.sha256(jpg).hexdigest() == by_key[key].sha256
+            seen[key] += 1
+    assert seen == Counter({s.key: 1 for s in small_manifest}), "every sample exactly once"
+
+
+def test_shuffling_before_sharding_mixes_keys_across_shards(tmp_path, small_root, small_manifest):
+    unshuffled = pack.write_tar_shards(tmp_path / "a", root=small_root, maxcount=20, shuffle=False, progress=False)
+    first = [n for n, _ in _tar_members(unshuffled[0]) if n.endswith(".jpg")]
+    assert first == [f"{s.key}.jpg" for s in small_manifest[:20]]
+    shuffled = pack.write_tar_shards(tmp_path / "b", root=small_root, maxcount=20, seed=3, progress=False)
+    first = [n for n, _ in _tar_members(shuffled[0]) if n.endswith(".jpg")]
+    assert first != [f"{s.key}.jpg" for s in small_manifest[:20]]
+    again = pack.write_tar_shards(tmp_path / "c", root=small_root, maxcount=20, seed=3, progress=False)
+    assert [p.read_bytes() for p in shuffled] == [p.read_bytes() for p in again], "same seed, same shards"
+
+
+def test_shards_from_a_class_sorted_list_stay_class_sorted(tmp_path, small_root, small_manifest):
+    by_class = sorted(small_manifest, key=lambda s: (s.label, s.key))
+    shards = pack.write_tar_shards(tmp_path, samples=by_class, root=small_root, maxcount=6, shuffle=False, progress=False)
+    for shard in shards:
+        labels = {int(payload) for name, payload in _tar_members(shard) if name.endswith(".cls")}
+        assert len(labels) == 1
+
+
+@pytest.mark.parametrize("maxsize", [120_000, 300_000])
+def test_maxsize_bounds_every_shard_on_disk(tmp_path, small_root, maxsize):
+    shards = pack.write_tar_shards(tmp_path, root=small_root, maxcount=10_000, maxsize=maxsize, progress=False)
+    sizes = [p.stat().st_size for p in shards]
+    assert max(sizes) <= maxsize
+    assert len(shards) > 1
+
+
+def test_a_sample_larger_than_maxsize_is_an_error(tmp_path, small_root):
+    with pytest.raises(ValueError, match="more than maxsize"):
+        pack.write_tar_shards(tmp_path, root=small_root, maxsize=20_000, progress=False)
+
+
+def test_old_shards_are_replaced(tmp_path, small_root):
+    pack.write_tar_shards(tmp_path, root=small_root, maxcount=5, progress=False)
+    shards = pack.write_tar_shards(tmp_path, root=small_root, maxcount=30, progress=False)
+    assert sorted(tmp_path.glob("shard-*.tar")) == shards and len(shards) == 2
+
+
+def test_brace_pattern_round_trips(tmp_path):
+    names = [tmp_path / f"shard-{i:06d}.tar" for i in range(3, 13)]
+    pattern = pack.brace_pattern(names)
+    assert pattern == f"{tmp_path}/shard-{{000003..000012}}.tar"
+    assert pack.expand_pattern(pattern) == [str(n) for n in names]
+    assert pack.brace_pattern(names[:1]) == str(names[0])
+    with pytest.raises(ValueError, match="consecutively"):
+        pack.brace_pattern([names[0], names[2]])
+
+
+def test_tar_member_accounting_matches_tarfile():
+    for nbytes in (0, 1, 511, 512, 513, 40_000):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            info = tarfile.TarInfo("000000.jpg")
+            info.size = nbytes
+            tar.addfile(info, io.BytesIO(b"x" * nbytes))
+        assert len(buf.getvalue()) == pack.tar_archive_size(pack.tar_member_size(nbytes))
+
+
+def test_cached_artefacts_are_rebuilt_when_the_dataset_is_newer(tmp_path, small_root):
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(small_root, root)
+    first = pack.ensure_zip(root=root, progress=False)
+    mtime = first.stat().st_mtime_ns
+    assert pack.ensure_zip(root=root, progress=False).stat().st_mtime_ns == mtime
+    shards = pack.ensure_tar_shards(maxcount=25, root=root, progress=False)
+    assert len(shards) == 3
+    import os
+
+    os.utime(data.paths.manifest_path(root))  # as if regenerated
+    assert pack.ensure_zip(root=root, progress=False).stat().st_mtime_ns != mtime

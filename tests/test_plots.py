@@ -1,0 +1,41 @@
+"""Figures draw, and every axis says what it measures."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from packlab import plots
+from packlab.bench import BenchResult
+
+
+def test_sample_grid_shows_every_class(small_root):
+    fig = plots.plot_sample_grid(small_root, per_class=3)
+    assert len(fig.axes) == 30
+    assert "0: stripes" in fig.axes[0].get_ylabel()
+    plt.close(fig)
+
+
+def test_size_histograms(small_manifest):
+    fig = plots.plot_size_histograms(small_manifest)
+    assert [ax.get_xlabel() for ax in fig.axes] == ["JPEG file size (kB)", "pixels"]
+    plt.close(fig)
+
+
+def test_throughput_vs_workers_has_units_and_a_ceiling():
+    fig = plots.plot_throughput_vs_workers({"folder": {0: 100, 1: 180, 2: 300}, "zip": {0: 110, 2: 320}}, ceiling=400)
+    ax = fig.axes[0]
+    assert "images/s" in ax.get_ylabel() and "num_workers" in ax.get_xlabel()
+    assert len(ax.lines) == 3
+    assert np.allclose(ax.lines[0].get_ydata(), [100, 180, 300])
+    plt.close(fig)
+
+
+def test_bench_bars_and_label_sequence():
+    results = [BenchResult("a", [1.0], 100, 0.1), BenchResult("b", [2.0], 100, 0.1)]
+    fig = plots.plot_bench_bars(results)
+    assert "images/s" in fig.axes[0].get_xlabel()
+    plt.close(fig)
+    fig = plots.plot_label_sequence({"sorted": [0] * 50 + [1] * 50, "shuffled": list(np.arange(100) % 10)})
+    assert "samples" in fig.axes[0].get_xlabel()
+    plt.close(fig)
