@@ -51,6 +51,7 @@ book: data
 test: data
 	@rm -rf $(NBTEST)
 	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name '[0-9]*.md' 2>/dev/null | sort); do \
+	  mkdir -p $(NBTEST)/$$(dirname $$f); \
 	  $(VENV)/bin/jupytext --quiet --to ipynb --output $(NBTEST)/$${f%.md}.ipynb $$f; \
 	done
 	$(PY) -m pytest tests $$(test -d $(NBTEST) && echo $(NBTEST)) \
