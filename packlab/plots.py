@@ -43,18 +43,18 @@ def plot_sample_grid(root: Path | None = None, per_class: int = 6, thumb: int = 
 
 
 def plot_size_histograms(samples: Sequence, bins: int = 40):
-    """Histograms of file size (kB) and of image width and height (px)."""
+    """File sizes (histogram, kB) and image dimensions (width against height, px)."""
     sizes = np.array([s.bytes for s in samples]) / 1e3
     widths = np.array([s.width for s in samples])
     heights = np.array([s.height for s in samples])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
     ax1.hist(sizes, bins=bins, color="tab:blue")
     ax1.set_xlabel("JPEG file size (kB)")
     ax1.set_ylabel("number of images")
-    ax2.hist([widths, heights], bins=bins, label=["width", "height"], color=["tab:orange", "tab:green"])
-    ax2.set_xlabel("pixels")
-    ax2.set_ylabel("number of images")
-    ax2.legend()
+    ax2.scatter(widths, heights, s=3, alpha=0.3, color="tab:orange")
+    ax2.set_xlabel("width (px)")
+    ax2.set_ylabel("height (px)")
+    ax2.set_aspect("equal")
     fig.tight_layout()
     return fig
 

@@ -18,7 +18,7 @@ def test_sample_grid_shows_every_class(small_root):
 
 def test_size_histograms(small_manifest):
     fig = plots.plot_size_histograms(small_manifest)
-    assert [ax.get_xlabel() for ax in fig.axes] == ["JPEG file size (kB)", "pixels"]
+    assert [ax.get_xlabel() for ax in fig.axes] == ["JPEG file size (kB)", "width (px)"]
     plt.close(fig)
 
 
