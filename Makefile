@@ -44,8 +44,9 @@ $(VENV)/.installed: pyproject.toml
 data: setup
 	$(PY) -m packlab.data
 
+# -W -n: warnings and broken references fail the build; --keep-going reports all of them first.
 book: data
-	$(VENV)/bin/jupyter-book build .
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo "open _build/html/index.html"
 
 test: data
