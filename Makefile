@@ -14,13 +14,16 @@ NBTEST := _build/nbtest
 NOTEBOOK_DIRS := chapters solutions
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup data book test clean distclean
+.PHONY: help setup data book test clean distclean exercises grade book-instructor
 
 help:
 	@echo "make book       set up, generate data, execute every chapter, build _build/html"
 	@echo "make test       unit tests + every chapter and solution notebook under nbval"
 	@echo "make setup      create .venv with uv and install the course package (editable)"
 	@echo "make data       generate the 10k-image dataset (no-op if a verified one exists)"
+	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
+	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
+	@echo "make book-instructor  the same book plus the solutions, executed, in _build/instructor"
 	@echo "make clean      remove _build/ and paired .ipynb files"
 	@echo "make distclean  also remove .venv/, $(TOOLS)/ and the generated data"
 
@@ -48,6 +51,20 @@ data: setup
 book: data
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo "open _build/html/index.html"
+
+exercises: setup
+	$(PY) -m packlab.exercises
+
+grade: data
+	@test -n "$(NB)" || { echo "usage: make grade NB='exercises/01_jpeg_dataset.md [more notebooks]'"; exit 2; }
+	$(PY) -m packlab.grade $(NB)
+
+# The instructors' book: the same book plus a part with the solution notebooks, executed.
+INSTRUCTOR := _build/instructor
+book-instructor: data
+	$(PY) -m packlab.exercises --instructor-toc $(INSTRUCTOR)/_toc.yml
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going --toc $(INSTRUCTOR)/_toc.yml --path-output $(INSTRUCTOR)
+	@echo "open $(INSTRUCTOR)/_build/html/index.html"
 
 test: data
 	@rm -rf $(NBTEST)

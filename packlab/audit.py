@@ -75,6 +75,8 @@ class AuditReport:
     unexpected: list[str] = field(default_factory=list)
     wrong_labels: list[str] = field(default_factory=list)
     wrong_pixels: list[str] = field(default_factory=list)
+    #: How many delivered samples had their pixels compared with the reference.
+    pixels_checked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -83,7 +85,13 @@ class AuditReport:
     def summary(self) -> str:
         """One line per problem kind, with the first few keys of each."""
         if self.ok:
-            return f"OK: {self.delivered} samples, each expected key exactly once, labels and pixels match"
+            if self.pixels_checked == self.delivered:
+                checked = "labels and pixels match"
+            elif self.pixels_checked:
+                checked = f"labels match, pixels match for the {self.pixels_checked} samples compared"
+            else:
+                checked = "labels match (pixels not compared)"
+            return f"OK: {self.delivered} samples, each expected key exactly once, {checked}"
 
         def first(keys) -> str:
             keys = sorted(keys)
@@ -132,7 +140,9 @@ def audit_epoch(
         if label != sample.label and key not in seen_label:
             report.wrong_labels.append(key)
             seen_label.add(key)
-        if reference is not None and digest is not None and digest != reference.get(key) and key not in seen_pixels:
-            report.wrong_pixels.append(key)
-            seen_pixels.add(key)
+        if reference is not None and digest is not None:
+            report.pixels_checked += 1
+            if digest != reference.get(key) and key not in seen_pixels:
+                report.wrong_pixels.append(key)
+                seen_pixels.add(key)
     return report

@@ -124,6 +124,75 @@ def plot_label_sequence(sequences: Mapping[str, Sequence[int]], num_classes: int
     return fig
 
 
+def plot_label_counts(sequences: Mapping[str, Sequence[int]], num_classes: int = 10, ax=None):
+    """How many samples of each class a stream delivered, one group of bars per stream.
+
+    Pass the first N labels of each stream: a well-shuffled stream has every class about
+    N / num_classes times, a class-sorted one a single tall bar or two.
+    """
+    fig, ax = _fig_ax(ax, figsize=(8, 3.2))
+    names = list(sequences)
+    width = 0.8 / len(names)
+    classes = np.arange(num_classes)
+    for i, name in enumerate(names):
+        counts = np.bincount(np.asarray(sequences[name], dtype=int), minlength=num_classes)
+        ax.bar(classes + (i - (len(names) - 1) / 2) * width, counts, width=width, label=f"{name} (first {len(sequences[name])})")
+    ax.set_xticks(classes)
+    ax.set_xlabel("class label")
+    ax.set_ylabel("number of samples")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_shuffle_quality(
+    series: Mapping[str, Mapping[int, float]],
+    reference: float | None = None,
+    ax=None,
+    ylabel: str = "class imbalance per 100-sample window\n(total variation distance, 0 = perfect mix)",
+):
+    """A stream-mixing metric against shuffle buffer size, one line per shard set.
+
+    ``series`` maps a name to ``{buffer size: metric}`` (lower is better mixed);
+    ``reference``, if given, is the metric of a perfect random permutation.
+    """
+    fig, ax = _fig_ax(ax, figsize=(6.5, 4))
+    for name, points in series.items():
+        sizes = sorted(points)
+        ax.plot(sizes, [points[s] for s in sizes], marker="o", label=name)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle="--", label="perfect shuffle")
+    ax.set_xscale("log")
+    ax.set_xlabel("shuffle buffer size (samples, log scale)")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_stage_costs(stages: Mapping[str, float], ax=None, title: str | None = None):
+    """Where the time goes: one horizontal bar per pipeline stage, in microseconds per image.
+
+    ``stages`` maps a stage name to its measured cost in *seconds* per image, in pipeline
+    order; each bar is labelled with its value and its share of the total.
+    """
+    fig, ax = _fig_ax(ax, figsize=(6.5, 0.6 + 0.45 * len(stages)))
+    names = list(stages)
+    micros = np.array([stages[n] for n in names]) * 1e6
+    bars = ax.barh(names, micros, color="tab:orange")
+    total = micros.sum()
+    ax.bar_label(bars, labels=[f"{v:.0f} µs ({v / total:.1%})" for v in micros], padding=3, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time per image (µs)")
+    ax.margins(x=0.25)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def _fig_ax(ax, figsize):
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize)

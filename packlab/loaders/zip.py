@@ -1,0 +1,271 @@
+"""Read samples from one ZIP archive, safely from any number of DataLoader workers.
+
+An archive written by :func:`packlab.pack.write_zip` holds one member per sample,
+``<key>.jpg`` (the original JPEG bytes) or ``<key>.raw`` (pixels already decoded and
+resized, see :data:`packlab.transforms.RAW_SHAPE`), plus ``labels.csv`` (``key,label``).
+
+The hard part is not the format but the file handle. A :class:`zipfile.ZipFile` reads a
+member with two system calls on its underlying file: *seek* to the member's offset, then
+*read*. After ``fork`` every worker holds a copy of the parent's file object, and all the
+copies share one file offset in the kernel. Two workers that seek and read at the same
+time move each other's offset and read the wrong bytes (``BadZipFile``). Under
+``spawn`` and ``forkserver`` the dataset is pickled into each worker instead, and an
+open file cannot be pickled (``TypeError``). Chapter 3 shows both failures with
+:class:`NaiveZipDataset`; :class:`ZipDataset` is the fix chapter 4 builds:
+
+* the index (member names and labels) is read once, in ``__init__``, and the archive is
+  closed again, so the dataset object holds no open file when workers are created;
+* each process opens its own handle on first use, remembered together with the id of
+  the process that opened it (``os.getpid()``), so a handle inherited through ``fork`` is
+  never used, even if the parent read samples before the workers started;
+* ``__getstate__`` leaves the handle out when the dataset is pickled (spawn, forkserver);
+* :meth:`ZipDataset.close` closes this process's handle, and a finalizer closes it when
+  the dataset is garbage-collected or the process exits.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import zipfile
+import zlib
+from collections.abc import Callable, Sequence
+from multiprocessing import util as mp_util
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from packlab.data import DatasetError
+from packlab.pack import ZIP_LABELS_MEMBER
+from packlab.transforms import pixels_to_tensor, standard_transform
+
+#: How each member kind becomes the standard 3x256x256 float tensor, by file extension.
+MEMBER_DECODERS: dict[str, Callable[[bytes, str], torch.Tensor]] = {
+    ".jpg": standard_transform,
+    ".raw": pixels_to_tensor,
+}
+
+
+def open_archive(path: Path) -> zipfile.ZipFile:
+    """Open ``path`` for reading, with errors that name the archive and say what to do."""
+    try:
+        return zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"zip archive {path} does not exist. Write it with packlab.pack.ensure_zip() "
+            "(or packlab.pack.write_zip()), or check the path."
+        ) from None
+    except zipfile.BadZipFile as exc:
+        raise zipfile.BadZipFile(
+            f"{path} is not a readable zip archive ({exc}). It may be truncated or not a zip at all; "
+            "rewrite it with packlab.pack.write_zip()."
+        ) from None
+
+
+def read_index(archive: zipfile.ZipFile, path: Path) -> tuple[list[str], list[str], list[int]]:
+    """The archive's samples as three parallel lists: keys (sorted), member names, labels.
+
+    Labels come from the archive's own ``labels.csv``. Every labelled key must have exactly
+    one member and every member a label: a sample is never silently dropped.
+    """
+    try:
+        text = archive.read(ZIP_LABELS_MEMBER).decode("utf-8")
+    except KeyError:
+        raise DatasetError(
+            f"{path} has no member {ZIP_LABELS_MEMBER!r}; archives written by packlab.pack.write_zip() carry one."
+        ) from None
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames != ["key", "label"]:
+        raise DatasetError(f"{path}:{ZIP_LABELS_MEMBER} must have the header 'key,label', found {reader.fieldnames}.")
+    labels = {row["key"]: int(row["label"]) for row in reader}
+
+    members: dict[str, str] = {}
+    for name in archive.namelist():
+        if name == ZIP_LABELS_MEMBER:
+            continue
+        key, ext = os.path.splitext(name)
+        if ext not in MEMBER_DECODERS:
+            raise DatasetError(f"{path} holds a member {name!r} that is neither <key>.jpg nor <key>.raw.")
+        if key in members:
+            raise DatasetError(f"{path} holds two members for key {key}: {members[key]!r} and {name!r}.")
+        members[key] = name
+    unlabelled = sorted(members.keys() - labels.keys())
+    missing = sorted(labels.keys() - members.keys())
+    if unlabelled or missing:
+        raise DatasetError(
+            f"{path}: {len(missing)} labelled keys have no member (first: {missing[:5]}), "
+            f"{len(unlabelled)} members have no label (first: {unlabelled[:5]}). Rewrite the archive."
+        )
+    keys = sorted(labels)
+    return keys, [members[k] for k in keys], [labels[k] for k in keys]
+
+
+class _ZipIndex(Dataset):
+    """What both zip datasets share: the index, ``__len__`` and turning member bytes into a sample."""
+
+    path: Path
+    keys: list[str]
+    members: list[str]
+    labels: list[int]
+
+    def _set_index(self, archive: zipfile.ZipFile, keys, transform, return_key: bool) -> None:
+        all_keys, members, labels = read_index(archive, self.path)
+        if keys is None:
+            self.keys, self.members, self.labels = all_keys, members, labels
+        else:
+            position = {k: i for i, k in enumerate(all_keys)}
+            unknown = [k for k in keys if k not in position]
+            if unknown:
+                raise DatasetError(f"{len(unknown)} keys are not in {self.path} (first: {unknown[:5]}).")
+            self.keys = list(keys)
+            self.members = [members[position[k]] for k in self.keys]
+            self.labels = [labels[position[k]] for k in self.keys]
+        self.transform = transform
+        self.return_key = return_key
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _sample(self, index: int, payload: bytes):
+        """``(image, label)`` or ``(image, label, key)`` from one member's bytes."""
+        name = self.members[index]
+        source = f"{self.path}:{name}"
+        decode = self.transform or MEMBER_DECODERS[os.path.splitext(name)[1]]
+        image = decode(payload, source)
+        if self.return_key:
+            return image, self.labels[index], self.keys[index]
+        return image, self.labels[index]
+
+
+class ZipDataset(_ZipIndex):
+    """Map-style dataset over a zip written by :func:`packlab.pack.write_zip`; safe with workers.
+
+    ``dataset[i]`` is ``(image, label)`` for the i-th key in sorted order (or of ``keys``,
+    a slice of the archive's keys, in the order given), or ``(image, label, key)`` with
+    ``return_key=True``. ``image`` is the course's standard float tensor (3x256x256):
+    ``.jpg`` members are decoded and resized, ``.raw`` members only converted.
+    ``transform(member_bytes, source)`` replaces that step if given.
+
+    Works with ``num_workers=0`` and with workers under ``fork``, ``spawn`` and
+    ``forkserver``: see the module docstring for how.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        keys: Sequence[str] | None = None,
+        transform: Callable | None = None,
+        return_key: bool = False,
+    ):
+        self.path = Path(path)
+        # The index is read here, in the parent, and the archive closed again at once.
+        with open_archive(self.path) as archive:
+            self._set_index(archive, keys, transform, return_key)
+        self._archive: zipfile.ZipFile | None = None
+        self._archive_pid: int | None = None  # the process that opened self._archive
+        self._finalizer = None
+
+    # -- the per-process handle ---------------------------------------------------
+
+    def open(self) -> zipfile.ZipFile:
+        """This process's handle on the archive, opened on first use.
+
+        A handle opened by another process (inherited through ``fork``) shares its file
+        offset with that process, so it is never used: this process opens its own and
+        drops the inherited copy (closing a copy of a descriptor leaves the owner's open).
+        """
+        pid = os.getpid()
+        if self._archive is None or self._archive_pid != pid:
+            archive = open_archive(self.path)
+            self._archive, self._archive_pid = archive, pid
+            # atexit handlers do not run in multiprocessing children (they end with
+            # os._exit); multiprocessing's own exit finalizers do, in workers and in the
+            # main process alike. A forked child starts with an empty finalizer registry,
+            # so it never closes its parent's handle.
+            self._finalizer = mp_util.Finalize(self, archive.close, exitpriority=10)
+        return self._archive
+
+    def close(self) -> None:
+        """Close this process's handle (the next read opens a new one)."""
+        if self._archive is not None and self._archive_pid == os.getpid():
+            self._finalizer()  # closes the archive and unregisters the exit hook
+        self._archive = self._archive_pid = self._finalizer = None
+
+    def __enter__(self) -> ZipDataset:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        """Pickle the index and settings, never the open handle (spawn, forkserver)."""
+        state = self.__dict__.copy()
+        state.update(_archive=None, _archive_pid=None, _finalizer=None)
+        return state
+
+    # -- reading ------------------------------------------------------------------
+
+    def __getitem__(self, index: int):
+        name = self.members[index]
+        try:
+            payload = self.open().read(name)
+        except (zipfile.BadZipFile, zlib.error) as exc:
+            raise zipfile.BadZipFile(
+                f"cannot read member {name!r} of {self.path}: {exc}. Test the archive with "
+                f"`python -m zipfile -t {self.path}`; if it is damaged, rewrite it with packlab.pack.write_zip()."
+            ) from exc
+        return self._sample(index, payload)
+
+
+def open_archive_in_worker(worker_id: int) -> None:
+    """A ``worker_init_fn`` that opens the worker's own handle as soon as the worker starts.
+
+    The alternative to opening on first ``__getitem__``: the cost of opening (parsing the
+    central directory) and any error it raises move to worker start-up. ``ZipDataset``
+    still opens lazily when there are no workers, or if this function is not passed.
+    """
+    dataset = get_worker_info().dataset
+    while not isinstance(dataset, ZipDataset) and hasattr(dataset, "dataset"):
+        dataset = dataset.dataset  # unwrap torch.utils.data.Subset and similar wrappers
+    if not isinstance(dataset, ZipDataset):
+        raise TypeError(f"open_archive_in_worker expects a ZipDataset, got {type(dataset).__name__}")
+    dataset.open()
+
+
+class NaiveZipDataset(_ZipIndex):
+    """THE CHAPTER-3 ANTI-PATTERN, kept on purpose for the demonstration and the tests.
+
+    Do not use it to read data. It opens the :class:`zipfile.ZipFile` once in
+    ``__init__`` and keeps it, which is what most first attempts do and what works with
+    ``num_workers=0``. With workers it breaks:
+
+    * under ``fork`` all workers share the inherited file offset, their seek+read pairs
+      interleave, and reads fail with ``BadZipFile`` (bad magic number, bad CRC-32, name
+      mismatch) or ``zlib.error`` for deflated members;
+    * under ``spawn``/``forkserver`` pickling it fails: ``TypeError: cannot pickle
+      '_io.BufferedReader' object``.
+
+    :class:`ZipDataset` is the fixed version. Same constructor, same samples.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        keys: Sequence[str] | None = None,
+        transform: Callable | None = None,
+        return_key: bool = False,
+    ):
+        self.path = Path(path)
+        self.archive = open_archive(self.path)  # opened in the parent and inherited by workers: the bug
+        self._set_index(self.archive, keys, transform, return_key)
+
+    def read_member(self, name: str) -> bytes:
+        """One member's bytes through the shared handle (chapter 3 overrides this to try 'fixes')."""
+        return self.archive.read(name)
+
+    def __getitem__(self, index: int):
+        return self._sample(index, self.read_member(self.members[index]))

@@ -1,0 +1,494 @@
+"""The checks can fail: wrong implementations of each exercise, and what the checks say about them.
+
+Each class or function here is a mistake people make when they write these loaders.
+Every one must fail its check, on the part that names the mistake, while the parts it
+gets right still pass. The classes live at module level so that spawn workers can
+import them (this module is on ``sys.path``, which spawn workers inherit).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import linecache
+import os
+import random
+import tarfile
+import time
+import zipfile
+
+import pytest
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from packlab import data, paths
+from packlab.grading import check, importable_copy, list_checks, PartFailed, RESULTS_ENV_VAR
+from packlab.transforms import decode_and_resize, standard_transform
+
+
+def failed_parts(result) -> set[str]:
+    return {part.name for part in result.parts if not part.passed}
+
+
+def run(check_id, candidate, **kwargs):
+    return check(check_id, candidate, quiet=True, record=False, **kwargs)
+
+
+def _labels_from_archive(archive: zipfile.ZipFile) -> dict[str, int]:
+    text = archive.read("labels.csv").decode()
+    return {row["key"]: int(row["label"]) for row in csv.DictReader(io.StringIO(text))}
+
+
+# ------------------------------------------------------------- 1. wrong labels (JPEG folder)
+
+
+class IndexLabelDataset(Dataset):
+    """Wrong labels: the label is made up from the index instead of looked up by key."""
+
+    def __init__(self, keys=None, transform=None, return_key=False):
+        with open(paths.labels_path(), newline="") as f:
+            self.keys = [row["key"] for row in csv.DictReader(f)] if keys is None else list(keys)
+        self.transform = transform or standard_transform
+        self.return_key = return_key
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        key = self.keys[index]
+        image = self.transform(data.image_path(key).read_bytes())
+        return (image, index % 10, key) if self.return_key else (image, index % 10)
+
+
+def test_wrong_labels_fail_the_jpeg_dataset_check():
+    result = run("jpeg_dataset", IndexLabelDataset)
+    assert not result.passed
+    assert "labels_pixels" in failed_parts(result) and "length" not in failed_parts(result)
+    (part,) = [p for p in result.parts if p.name == "labels_pixels"]
+    assert "with the wrong label" in part.message
+
+
+def clock_after_first_batch(loader, epochs=2):
+    """Wrong timing: the clock starts once the first batch is in, hiding worker start-up."""
+    seconds, count = [], 0
+    for _ in range(epochs):
+        count, start = 0, None
+        for batch in loader:
+            start = start or time.perf_counter()
+            count += len(batch[0])
+        seconds.append(time.perf_counter() - start)
+    return {"epoch_seconds": seconds, "images_per_epoch": count, "images_per_s": count * epochs / sum(seconds)}
+
+
+def batches_times_size(loader, epochs=2):
+    """Wrong count: number of batches times the nominal batch size overcounts the last batch."""
+    start = time.perf_counter()
+    seconds = []
+    for _ in range(epochs):
+        for _batch in loader:
+            pass
+        seconds.append(time.perf_counter() - start)
+        start = time.perf_counter()
+    images = len(loader) * loader.batch_size
+    return {"epoch_seconds": seconds, "images_per_epoch": images, "images_per_s": images * epochs / sum(seconds)}
+
+
+def test_timing_mistakes_fail_the_timing_check():
+    assert failed_parts(run("jpeg_timing", clock_after_first_batch)) == {"startup"}
+    assert failed_parts(run("jpeg_timing", batches_times_size)) == {"images"}
+
+
+# ------------------------------------------------------------------------- 2. zip packing
+
+
+def pack_deflated_chw(dst, samples, members="jpeg"):
+    """Two mistakes: members compressed, and raw pixels stored channels-first (3x256x256)."""
+    with zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("labels.csv", "key,label\n" + "".join(f"{s.key},{s.label}\n" for s in samples))
+        for s in samples:
+            jpeg = data.image_path(s.key).read_bytes()
+            if members == "jpeg":
+                archive.writestr(f"{s.key}.jpg", jpeg)
+            else:
+                archive.writestr(f"{s.key}.raw", decode_and_resize(jpeg).transpose(2, 0, 1).tobytes())
+    return dst
+
+
+def test_packing_mistakes_fail_the_zip_pack_check():
+    assert failed_parts(run("zip_pack", pack_deflated_chw)) == {"raw_members", "stored"}
+
+
+class LabelsFromFolderZipDataset(Dataset):
+    """Reads images from the zip but labels from the data folder: the archive is not self-contained."""
+
+    def __init__(self, zip_path, members="jpeg", keys=None, return_key=False):
+        self.archive = zipfile.ZipFile(zip_path)
+        self.labels = data.load_labels()
+        names = [n[:-4] for n in self.archive.namelist() if n.endswith((".jpg", ".raw"))]
+        self.keys = sorted(names) if keys is None else list(keys)
+        self.suffix, self.return_key = (".jpg" if members == "jpeg" else ".raw"), return_key
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        from packlab.transforms import pixels_to_tensor
+
+        key = self.keys[index]
+        raw = self.archive.read(key + self.suffix)
+        image = standard_transform(raw) if self.suffix == ".jpg" else pixels_to_tensor(raw)
+        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
+
+
+def test_labels_from_outside_the_archive_fail_self_contained():
+    assert failed_parts(run("zip_dataset", LabelsFromFolderZipDataset)) == {"self_contained"}
+
+
+# --------------------------------------------------------------- 3. the zip handle pitfall
+
+
+class SharedZipDataset(Dataset):
+    """The pitfall: a ZipFile opened in __init__ and shared by every worker."""
+
+    def __init__(self, zip_path, keys=None, transform=None, return_key=False):
+        self.archive = zipfile.ZipFile(zip_path)
+        self.labels = _labels_from_archive(self.archive)
+        self.keys = list(self.labels) if keys is None else list(keys)
+        self.transform = transform or standard_transform
+        self.return_key = return_key
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        key = self.keys[index]
+        image = self.transform(self.archive.read(f"{key}.jpg"))
+        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
+
+    def close(self):
+        self.archive.close()
+
+
+def test_zipfile_opened_in_init_and_shared_fails():
+    result = run("per_worker_zip", SharedZipDataset)
+    assert not result.passed
+    failed = failed_parts(result)
+    assert {"no_handle_in_init", "pickle_after_use", "fork", "fork_after_parent_read", "spawn"} <= failed
+    assert "pixels" not in failed  # without workers it reads correctly
+    messages = {p.name: p.message for p in result.parts}
+    assert "cannot pickle" in messages["spawn"] or "pickl" in messages["spawn"]
+    assert "open handle" in messages["no_handle_in_init"]
+
+
+class LazyUnkeyedZipDataset(SharedZipDataset):
+    """Half a fix: opened lazily, but one handle for whichever process opened it first."""
+
+    def __init__(self, zip_path, keys=None, transform=None, return_key=False):
+        with zipfile.ZipFile(zip_path) as archive:
+            self.labels = _labels_from_archive(archive)
+        self.zip_path, self.archive = zip_path, None
+        self.keys = list(self.labels) if keys is None else list(keys)
+        self.transform = transform or standard_transform
+        self.return_key = return_key
+
+    def __getitem__(self, index):
+        if self.archive is None:
+            self.archive = zipfile.ZipFile(self.zip_path)
+        return super().__getitem__(index)
+
+    def close(self):
+        if self.archive is not None:
+            self.archive.close()
+            self.archive = None
+
+
+def test_lazy_handle_not_keyed_by_process_fails_once_the_parent_has_read():
+    failed = failed_parts(run("per_worker_zip", LazyUnkeyedZipDataset))
+    # Fine while only workers open it; the parent's handle, inherited by forked workers,
+    # is caught every time (the check cuts inherited handles), not only when reads collide.
+    assert "fork" not in failed and "no_handle_in_init" not in failed
+    assert {"fork_after_parent_read", "pickle_after_use", "spawn"} <= failed
+
+
+# ------------------------------------------------------------------------ 4. tar shards
+
+
+def write_shards_unshuffled(dst_dir, samples, maxcount=1000, seed=0):
+    """Shards cut in the order given: class-sorted input gives class-sorted shards."""
+    from pathlib import Path
+
+    dst_dir = Path(dst_dir)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index, start in enumerate(range(0, len(samples), maxcount)):
+        path = dst_dir / f"shard-{index:06d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for s in sorted(samples[start : start + maxcount], key=lambda s: s.key):
+                for name, payload in ((f"{s.key}.cls", str(s.label).encode()), (f"{s.key}.jpg", data.image_path(s.key).read_bytes())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        written.append(path)
+    return written
+
+
+def test_shards_written_without_shuffling_fail():
+    result = run("tar_write", write_shards_unshuffled)
+    assert failed_parts(result) == {"shuffled", "seeded"}
+
+
+def _tar_records(path):
+    with tarfile.open(path, "r|") as tar:
+        parts, key = {}, None
+        for member in tar:
+            stem, _, ext = member.name.partition(".")
+            if key is not None and stem != key:
+                yield key, parts["jpg"], int(parts["cls"])
+                parts = {}
+            key, parts[ext] = stem, tar.extractfile(member).read()
+        if key is not None:
+            yield key, parts["jpg"], int(parts["cls"])
+
+
+class NoSplitTarDataset(IterableDataset):
+    """A tar reader without worker split: every worker reads every shard."""
+
+    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False):
+        self.shards, self.shuffle_buffer, self.seed = list(shards), shuffle_buffer, seed
+        self.transform, self.return_key, self.epoch = transform or standard_transform, return_key, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def shard_list(self):
+        shards = list(self.shards)
+        if self.shuffle_buffer:
+            random.Random(self.seed * 1000 + self.epoch).shuffle(shards)
+        return shards
+
+    def records(self):
+        for path in self.shard_list():
+            yield from _tar_records(path)
+
+    def __iter__(self):
+        records = list(self.records())
+        if self.shuffle_buffer:
+            info = get_worker_info()
+            random.Random(self.seed * 1000 + self.epoch + 7 * (info.id if info else 0)).shuffle(records)
+        for key, jpg, label in records:
+            image = self.transform(jpg)
+            yield (image, label, key) if self.return_key else (image, label)
+
+
+def test_tar_reader_without_worker_split_fails():
+    result = run("tar_dataset", NoSplitTarDataset)
+    failed = failed_parts(result)
+    assert {"fork_3_workers", "spawn_2_workers"} <= failed
+    assert "one_process" not in failed
+    (part,) = [p for p in result.parts if p.name == "fork_3_workers"]
+    assert "once per worker" in part.message
+
+
+class PerWorkerSeedTarDataset(NoSplitTarDataset):
+    """Splits by worker, but shuffles the shard list with a per-worker seed first: shares overlap."""
+
+    def shard_list(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        shards = list(self.shards)
+        if self.shuffle_buffer:
+            random.Random(self.seed * 1000 + self.epoch + worker).shuffle(shards)
+        return shards[worker::workers]
+
+
+class WholeShardShuffleTarDataset(PerWorkerSeedTarDataset):
+    """Splits correctly, but shuffles by loading everything: no bounded buffer."""
+
+    def shard_list(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        shards = list(self.shards)
+        if self.shuffle_buffer:
+            random.Random(self.seed * 1000 + self.epoch).shuffle(shards)
+        return shards[worker::workers]
+
+
+def test_tar_shuffle_mistakes_fail():
+    quick = dict(part_timeout=60)
+    per_worker = run("tar_dataset", PerWorkerSeedTarDataset, **quick)
+    assert "shuffle_epochs" in failed_parts(per_worker)
+    assert {"one_process", "fork_3_workers"}.isdisjoint(failed_parts(per_worker))
+    whole = run("tar_dataset", WholeShardShuffleTarDataset, **quick)
+    assert failed_parts(whole) == {"bounded_buffer"}
+
+
+# ------------------------------------------------------------------- 5. rank x worker split
+
+
+def shards_for_dropping_remainder(shards, rank, world_size, worker_id, num_workers):
+    """Equal chunks, truncated: the shards left over by the division are never read."""
+    readers = world_size * num_workers
+    if len(shards) < readers:
+        raise ValueError(f"{len(shards)} shards for {readers} readers")
+    per_reader = len(shards) // readers
+    start = (rank * num_workers + worker_id) * per_reader
+    return list(shards[start : start + per_reader])
+
+
+class DroppingRankDataset(IterableDataset):
+    """Reads its rank's and worker's shards as the dropping split assigns them."""
+
+    def __init__(self, shards, rank, world_size, transform=None, return_key=False):
+        self.shards, self.rank, self.world_size = list(shards), rank, world_size
+        self.transform, self.return_key = transform or standard_transform, return_key
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        for path in shards_for_dropping_remainder(self.shards, self.rank, self.world_size, worker, workers):
+            for key, jpg, label in _tar_records(path):
+                image = self.transform(jpg)
+                yield (image, label, key) if self.return_key else (image, label)
+
+
+def test_split_that_drops_the_remainder_fails():
+    result = run("shard_split", shards_for_dropping_remainder)
+    assert "exactly_once" in failed_parts(result)
+    (part,) = [p for p in result.parts if p.name == "exactly_once"]
+    assert "read by nobody" in part.message
+    ranks = run("rank_dataset", DroppingRankDataset)
+    assert {"two_ranks", "three_ranks"} <= failed_parts(ranks)
+    assert "one_rank" not in failed_parts(ranks)
+
+
+def shards_for_silently_idle(shards, rank, world_size, worker_id, num_workers):
+    """Correct split, but no error when some reader gets nothing."""
+    return list(shards[rank::world_size][worker_id::num_workers])
+
+
+def test_split_without_error_for_too_few_shards_fails():
+    assert failed_parts(run("shard_split", shards_for_silently_idle)) == {"too_few_shards"}
+
+
+# -------------------------------------------------------------- timeouts and runaway loaders
+
+
+class HangingDataset(Dataset):
+    """Never returns an item."""
+
+    def __init__(self, keys=None, transform=None, return_key=False):
+        self.keys = list(keys) if keys is not None else [f"{i:06d}" for i in range(10_000)]
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        time.sleep(3600)
+
+
+def test_a_hanging_dataset_fails_within_the_time_limit_and_never_hangs():
+    start = time.monotonic()
+    result = run("jpeg_dataset", HangingDataset, part_timeout=4)
+    elapsed = time.monotonic() - start
+    assert result.score == 0 and elapsed < 30, elapsed
+    first, *rest = result.parts
+    assert "did not finish within 4 s" in first.message
+    assert all("not run" in p.message for p in rest)
+
+
+class EndlessRankDataset(DroppingRankDataset):
+    """Repeats its shards forever: an epoch that never ends."""
+
+    def __iter__(self):
+        while True:
+            yield from super().__iter__()
+
+
+def test_an_endless_epoch_is_cut_short():
+    result = run("rank_dataset", EndlessRankDataset, part_timeout=60)
+    (part,) = [p for p in result.parts if p.name == "one_rank"]
+    assert not part.passed and "did not end" in part.message
+
+
+def test_a_dataloader_that_stalls_fails_by_its_timeout():
+    result = run("per_worker_zip", StallingZipDataset, loader_timeout=3, part_timeout=60)
+    (part,) = [p for p in result.parts if p.name == "fork"]
+    assert not part.passed and "timed out" in part.message
+
+
+class StallingZipDataset(SharedZipDataset):
+    """Workers stall (a lock that never comes free, say); the main process is fine."""
+
+    def __init__(self, zip_path, keys=None, transform=None, return_key=False):
+        super().__init__(zip_path, keys, transform, return_key)
+        self.parent = os.getpid()
+
+    def __getitem__(self, index):
+        if os.getpid() != self.parent:
+            time.sleep(3600)
+        return super().__getitem__(index)
+
+
+# ------------------------------------------------------------- notebook classes under spawn
+
+
+def test_notebook_cell_is_rebuilt_as_a_module_for_spawn(tmp_path):
+    cell = (
+        "import os\n"
+        "X = 3\n"
+        "print('side effect')\n"
+        "class Cell:\n"
+        "    def value(self):\n"
+        "        return X + len(os.sep)\n"
+    )
+    filename = "<notebook cell 1>"
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(keepends=True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(cell, filename, "exec"), namespace)
+    copy = importable_copy(namespace["Cell"], tmp_path)
+    assert copy is not namespace["Cell"] and copy.__module__.startswith("_packlab_candidate_")
+    assert copy().value() == 4
+    source = (tmp_path / f"{copy.__module__}.py").read_text()
+    assert "print" not in source  # only definitions, imports and constants are kept
+
+
+def test_notebook_class_using_another_cells_name_gets_advice(tmp_path):
+    cell = "class Needy:\n    def go(self):\n        return helper_from_another_cell()\n"
+    filename = "<notebook cell 2>"
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(keepends=True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(cell, filename, "exec"), namespace)
+    with pytest.raises(PartFailed, match="helper_from_another_cell.*does not define or import"):
+        importable_copy(namespace["Needy"], tmp_path)
+
+
+def test_module_level_classes_are_used_as_they_are(tmp_path):
+    assert importable_copy(SharedZipDataset, tmp_path) is SharedZipDataset
+
+
+# ------------------------------------------------------------------------- the result API
+
+
+def test_result_report_and_recording(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "results.jsonl"
+    monkeypatch.setenv(RESULTS_ENV_VAR, str(results))
+    result = check("shard_split", shards_for_silently_idle)
+    printed = capsys.readouterr().out
+    assert (result.passed, result.score, result.max_score) == (False, 4, 5)
+    assert "4/5 parts passed" in printed and "hint:" in printed and "✗ too_few_shards" in printed
+    (entry,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert entry["exercise_id"] == "shard_split" and entry["score"] == 4 and entry["notebook"] == "05_shard_split"
+    check("shard_split", shards_for_silently_idle, record=False, quiet=True)
+    assert len(results.read_text().splitlines()) == 1
+
+
+def test_unknown_check_names_the_known_ones():
+    with pytest.raises(ValueError, match="jpeg_dataset"):
+        check("no_such_exercise", object)
+
+
+def test_list_checks_describes_every_check():
+    infos = list_checks()
+    assert len({i.id for i in infos}) == len(infos) == 9
+    for info in infos:
+        assert info.description and "(" in info.signature and len(info.parts) >= 4
