@@ -110,7 +110,7 @@ def write_zip(
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     samples = _select(samples, root)
-    tmp = dst.with_name(dst.name + ".partial")
+    tmp = dst.with_name(f"{dst.name}.partial-{os.getpid()}")
     with zipfile.ZipFile(tmp, "w", compression=COMPRESSIONS[compression]) as archive:
         archive.writestr(ZIP_LABELS_MEMBER, "key,label\n" + "".join(f"{s.key},{s.label}\n" for s in samples))
         payloads = iter_member_bytes(samples, members, root)
@@ -137,7 +137,7 @@ def write_raw_folder(
     """
     dst = Path(dst)
     samples = _select(samples, root)
-    tmp = dst.with_name(dst.name + ".partial")
+    tmp = dst.with_name(f"{dst.name}.partial-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     payloads = iter_member_bytes(samples, "raw", root)
     for sample, payload in _progress(zip(samples, payloads), len(samples), "raw folder", progress):
@@ -233,7 +233,7 @@ def write_tar_shards(
     bar = _progress(None, len(samples), "tar shards", progress)
     for index, group in enumerate(groups):
         path = dst_dir / f"{prefix}-{index:06d}.tar"
-        tmp = path.with_name(path.name + ".partial")
+        tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
         with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
             for sample in sorted(group, key=lambda s: s.key):
                 label = str(sample.label).encode()

@@ -291,3 +291,13 @@ def test_folder_missing_and_corrupt_files_are_named(tmp_path, manifest):
     os.remove(data.image_path(manifest[2].key, root))
     with pytest.raises(FileNotFoundError, match=f"{manifest[2].key}.jpg.*labels.csv"):
         dataset[2]
+
+
+def test_stage_cost_plot_has_units_and_every_stage():
+    from packlab import plots
+
+    fig = plots.plot_stage_costs({"open + read": 20e-6, "decode": 1e-3, "collate": 2e-4})
+    ax = fig.axes[0]
+    assert "µs" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["open + read", "decode", "collate"]
+    assert [round(p.get_width()) for p in ax.patches] == [20, 1000, 200]

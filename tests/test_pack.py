@@ -30,7 +30,7 @@ def test_zip_of_jpegs_round_trips_the_original_bytes(tmp_path, small_root, small
         labels = zf.read(pack.ZIP_LABELS_MEMBER).decode().splitlines()
     assert labels[0] == "key,label"
     assert labels[1:] == [f"{s.key},{s.label}" for s in small_manifest]
-    assert not list(tmp_path.glob("*.partial"))
+    assert not list(tmp_path.glob("*.partial*"))
 
 
 def test_zip_of_raw_pixels_equals_the_standard_transform(tmp_path, small_root, small_manifest):
