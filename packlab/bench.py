@@ -17,6 +17,7 @@ Results print as a small table; several results side by side make a
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -167,6 +168,28 @@ def time_loader(
         first_batch_seconds=first_batch,
         bytes_per_epoch=bytes_per_epoch,
     )
+
+
+def run_until_error(loader: Iterable) -> tuple[int, BaseException | None]:
+    """Iterate one epoch; return ``(complete batches received, the exception raised or None)``.
+
+    For showing a loader fail without ending the notebook or test. The exception comes
+    back with its traceback's frames cleared: those frames reference the DataLoader
+    iterator, and while it lives its worker processes live too. Clearing them lets the
+    iterator go now, so the workers shut down at once rather than at some later garbage
+    collection (which can stall for seconds per worker).
+    """
+    iterator = iter(loader)
+    batches = 0
+    try:
+        for _ in iterator:
+            batches += 1
+    except Exception as exc:  # noqa: BLE001 - the caller decides which errors it expected
+        traceback.clear_frames(exc.__traceback__)
+        return batches, exc
+    finally:
+        del iterator
+    return batches, None
 
 
 def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from packlab.bench import BenchResult, BenchTable, batch_size_of, time_loader, time_per_item
+from packlab.bench import BenchResult, BenchTable, batch_size_of, run_until_error, time_loader, time_per_item
 
 
 def _loader(n=50, batch_size=8):
@@ -73,3 +73,18 @@ def test_results_print_as_a_table():
 def test_time_per_item_is_per_item():
     seconds = time_per_item(lambda x: time.sleep(0.01), range(5), repeat=2)
     assert 0.009 <= seconds < 0.05
+
+
+def test_run_until_error_returns_the_error_and_the_batches_before_it():
+    class FailsAtThree(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            if index == 3:
+                raise ValueError("sample 3 is broken")
+            return torch.zeros(1)
+
+    batches, error = run_until_error(DataLoader(FailsAtThree(), batch_size=1))
+    assert batches == 3 and isinstance(error, ValueError) and "sample 3" in str(error)
+    assert run_until_error(_loader(10, 5)) == (2, None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import traceback
 import zipfile
 import zlib
 
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader
 
 from packlab import audit, data, pack, paths
+from packlab.bench import run_until_error
 from packlab.loaders import JpegFolderDataset, NaiveZipDataset, RawFolderDataset, ZipDataset, open_archive_in_worker
 from packlab.transforms import CorruptImageError
 
@@ -165,17 +165,7 @@ def test_zip_dataset_pickles_without_its_handle(small_zips):
 
 def first_loader_error(loader):
     """Iterate a whole epoch; return the exception it raised (or None), with its workers shut down."""
-    iterator = iter(loader)
-    try:
-        for _ in iterator:
-            pass
-    except Exception as exc:  # noqa: BLE001 - the caller asserts on the type
-        # The traceback's frames hold the iterator; clearing them lets `del` shut the workers down now.
-        traceback.clear_frames(exc.__traceback__)
-        return exc
-    finally:
-        del iterator
-    return None
+    return run_until_error(loader)[1]
 
 
 def test_naive_zip_dataset_fails_under_fork():

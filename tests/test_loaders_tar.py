@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import audit, data, pack
+from packlab.bench import run_until_error
 from packlab.loaders.tar import (
     ShardError,
     ShardSplitError,
@@ -69,18 +70,11 @@ def loader(dataset, num_workers, batch_size=16):
 
 
 def first_error(batches) -> Exception:
-    """Iterate to the end and return the exception raised on the way (failing if none was).
-
-    The traceback is dropped on purpose: its frames hold the DataLoader iterator, whose
-    worker processes would otherwise linger until a later garbage collection.
-    """
-    try:
-        for _ in batches:
-            pass
-    except Exception as exc:  # noqa: BLE001 (the caller asserts the type)
-        exc.__traceback__ = None
-        return exc
-    raise AssertionError("expected an error, the loader finished normally")
+    """Iterate to the end and return the exception raised on the way (failing if none was)."""
+    _, error = run_until_error(batches)
+    if error is None:
+        raise AssertionError("expected an error, the loader finished normally")
+    return error
 
 
 def keys_of(dataset, num_workers=0):
