@@ -14,11 +14,12 @@ NBTEST := _build/nbtest
 NOTEBOOK_DIRS := chapters solutions
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup data book test clean distclean exercises grade book-instructor
+.PHONY: help setup data book test bench clean distclean exercises grade book-instructor
 
 help:
 	@echo "make book       set up, generate data, execute every chapter, build _build/html"
 	@echo "make test       unit tests + every chapter and solution notebook under nbval"
+	@echo "make bench      time every loader on the full dataset; writes _build/bench/bench.json and bench.png"
 	@echo "make setup      create .venv with uv and install the course package (editable)"
 	@echo "make data       generate the 10k-image dataset (no-op if a verified one exists)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
@@ -66,6 +67,8 @@ book-instructor: data
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going --toc $(INSTRUCTOR)/_toc.yml --path-output $(INSTRUCTOR)
 	@echo "open $(INSTRUCTOR)/_build/html/index.html"
 
+# Each notebook runs once: packlab.pytest_book_cache stores what nbval executed in the
+# book's cache, and the browser test (run last) builds the book from it.
 test: data
 	@rm -rf $(NBTEST)
 	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name '[0-9]*.md' 2>/dev/null | sort); do \
@@ -73,7 +76,13 @@ test: data
 	  $(VENV)/bin/jupytext --quiet --to ipynb --output $(NBTEST)/$${f%.md}.ipynb $$f; \
 	done
 	$(PY) -m pytest tests $$(test -d $(NBTEST) && echo $(NBTEST)) \
-	  --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider
+	  --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider \
+	  -p packlab.pytest_book_cache
+
+# Loader speed against the decode ceiling, and the small-file penalty (about 10 minutes).
+# Speed targets live here, never in the tests. Run it on an otherwise idle machine.
+bench: data
+	$(PY) -m packlab.bench
 
 clean:
 	rm -rf _build

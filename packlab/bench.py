@@ -16,9 +16,13 @@ Results print as a small table; several results side by side make a
 
 from __future__ import annotations
 
+import math
+import os
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -126,6 +130,16 @@ class BenchTable:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def markdown_table(rows: Sequence[dict]):
+    """Rows of dicts (same keys) as a Markdown table, displayed as a table in a notebook."""
+    from IPython.display import Markdown
+
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join("" if row.get(c) is None else str(row.get(c)) for c in columns) + " |" for row in rows]
+    return Markdown("\n".join(lines))
+
+
 def time_loader(
     loader: Iterable,
     epochs: int = 2,
@@ -204,3 +218,355 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
             fn(item)
         best = min(best, time.perf_counter() - start)
     return best / len(items)
+
+
+# ---------------------------------------------------------- the benchmark suite (make bench)
+#
+# `python -m packlab.bench` (what `make bench` runs) measures, in one process tree and one
+# run: the decode ceiling, then every loader of the course at several worker counts on
+# the full dataset, then the small-file penalty on cold and on modelled network storage.
+# It prints a table and writes _build/bench/bench.json and _build/bench/bench.png.
+
+
+@contextmanager
+def torch_threads(count: int):
+    """Run a block with torch's intra-op thread pool set to ``count`` threads, then restore it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def measure_ceiling(encoded: Sequence[bytes], transform: Callable | None = None) -> float:
+    """Images/s of decode + the standard transform on JPEG bytes already in memory.
+
+    One process, one torch thread: what one core can do when nothing else (files,
+    workers, batching) costs anything. A loader with ``n`` workers on ``n`` free cores
+    can at best approach ``n`` times this.
+    """
+    from packlab.transforms import standard_transform
+
+    transform = transform or standard_transform
+    with torch_threads(1):
+        start = time.perf_counter()
+        for blob in encoded:
+            transform(blob)
+        return len(encoded) / (time.perf_counter() - start)
+
+
+def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict[str, float]:
+    """Seconds per image to fill a batch in fresh shared memory, in fresh private memory, and in reused memory.
+
+    A DataLoader worker hands every batch to the main process in a new shared-memory
+    block; the kernel must supply (and zero) its pages before the worker can write them.
+    This measures that cost per image of the standard 3x256x256 float batch, next to
+    writing the same batch into memory that is already mapped. The decode ceiling does
+    not pay it; a loader with workers does, for every batch.
+    """
+    from packlab.transforms import IMAGE_SIZE
+
+    shape = (batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
+    numel = math.prod(shape)
+
+    def fresh_shared():
+        storage = torch.empty(0)._typed_storage()._new_shared(numel, device="cpu")
+        return torch.empty(0).new(storage).view(shape)
+
+    reused = torch.empty(shape)
+    reused.fill_(0.0)
+    kinds = {"fresh_shared": fresh_shared, "fresh_private": lambda: torch.empty(shape), "reused": lambda: reused}
+    out = {}
+    with torch_threads(1):
+        for kind, make in kinds.items():
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                make().fill_(0.5)
+                best = min(best, time.perf_counter() - start)
+            out[f"{kind}_s_per_image"] = best / batch_size
+    return out
+
+
+def _suite_loaders(root, shards: list[str], zip_path, seed: int = 0) -> dict[str, Callable[[int], Iterable]]:
+    """name -> ``make(workers)``: every loader of the benchmark, all producing the standard float batches.
+
+    Ours use the fast path of :mod:`packlab.loaders.batching` (uint8 pixels, converted to
+    float a batch at a time); webdataset runs the course's pipeline as chapter 5 writes it,
+    with the standard transform per sample. ``tar, per-sample float`` is our tar loader
+    with the standard transform and the default collate, to show what the batching buys.
+    """
+    from torch.utils.data import DataLoader
+
+    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
+    from packlab.loaders.batching import collate_uint8_images
+    from packlab.loaders.with_webdataset import webdataset_loader
+    from packlab.transforms import decode_and_resize
+
+    batch = 64
+
+    def context(workers: int):
+        return "fork" if workers else None
+
+    def shuffled(dataset, workers):
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers,
+                          collate_fn=collate_uint8_images, multiprocessing_context=context(workers))
+
+    def tar(workers, fast=True):
+        dataset = TarShardDataset(shards, shuffle_buffer=1000, seed=seed,
+                                  **({"transform": decode_and_resize} if fast else {}))
+        return DataLoader(dataset, batch_size=batch, num_workers=workers, multiprocessing_context=context(workers),
+                          **({"collate_fn": collate_uint8_images} if fast else {}))
+
+    return {
+        "JPEG folder": lambda w: shuffled(JpegFolderDataset(root, transform=decode_and_resize), w),
+        "zip, per-worker handle": lambda w: shuffled(ZipDataset(zip_path, transform=decode_and_resize), w),
+        "tar shards (ours)": lambda w: tar(w),
+        "webdataset": lambda w: webdataset_loader(shards, w, multiprocessing_context=context(w), batch_size=batch,
+                                                  with_keys=False),
+        "tar, per-sample float": lambda w: tar(w, fast=False),
+    }
+
+
+def small_file_penalty(
+    root=None,
+    model=None,
+    workers: int | None = None,
+    folder_files: int = 2000,
+) -> dict:
+    """Reading speed (files/s, no decode) of a JPEG folder, a zip and tar shards on slow storage.
+
+    Two kinds of slow: *cold* (the files' pages dropped from the page cache first: real
+    disk reads, Linux only) and *modelled* (:class:`packlab.storage.NetworkFSModel`, the
+    same delays applied to every loader through its ``opener``). Decoding is left out on
+    purpose (the transform only counts bytes): this measures the storage pattern, which
+    decode time would otherwise hide on a machine with few cores. The folder reads its
+    first ``folder_files`` files under the model (it is slow there; the rate is what
+    counts). Returns measured rates, the model's parameters and its prediction.
+    """
+    from torch.utils.data import DataLoader
+
+    from packlab import data, pack, storage
+    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
+    from packlab.loaders.tar import skip_decode
+
+    workers = data.available_cores() if workers is None else workers
+    model = model or storage.NetworkFSModel()
+    manifest = data.load_manifest(root)
+    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), workers),
+                                                       root=root, progress=False)]
+    zip_path = pack.ensure_zip(root=root, progress=False)
+
+    def rate(dataset, batch_size=64) -> float:
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers,
+                            multiprocessing_context="fork" if workers else None)
+        return time_loader(loader, epochs=1).images_per_s
+
+    def folder(keys, opener=None):
+        return JpegFolderDataset(root, keys=keys, transform=skip_decode, **({"opener": opener} if opener else {}))
+
+    out: dict = {"workers": workers, "model": asdict(model), "model_text": model.describe()}
+    all_keys = [s.key for s in manifest]
+    some_keys = all_keys[:folder_files]
+
+    # Cold: drop the pages, read once (every file), and compare with the same read warm.
+    if storage.page_cache_control_available():
+        images = [data.image_path(k, root) for k in all_keys]
+        cold = {}
+        storage.drop_from_page_cache(images)
+        cold["folder_cold"] = rate(folder(all_keys))
+        cold["folder_warm"] = rate(folder(all_keys))
+        storage.drop_from_page_cache([zip_path])
+        cold["zip_cold"] = rate(ZipDataset(zip_path, transform=skip_decode))
+        cold["zip_warm"] = rate(ZipDataset(zip_path, transform=skip_decode))
+        storage.drop_from_page_cache(shards)
+        cold["tar_cold"] = rate(TarShardDataset(shards, transform=skip_decode))
+        cold["tar_warm"] = rate(TarShardDataset(shards, transform=skip_decode))
+        out["cold_files_per_s"] = cold
+    else:
+        out["cold_files_per_s"] = None
+
+    modelled = {
+        "folder": rate(folder(some_keys, opener=model.open)),
+        "zip": rate(ZipDataset(zip_path, transform=skip_decode, opener=model.open)),
+        "tar": rate(TarShardDataset(shards, transform=skip_decode, opener=model.open)),
+    }
+    out["modelled_files_per_s"] = modelled
+    out["tar_vs_folder_modelled"] = modelled["tar"] / modelled["folder"]
+    # The model's arithmetic, per reader: a file costs one open and one request; a shard one
+    # open and one request per max_request bytes.
+    mean_bytes = sum(s.bytes for s in manifest) / len(manifest)
+    shard_bytes = sum(os.path.getsize(p) for p in shards)
+    per_file_s = model.predict_seconds(1, 1, mean_bytes)
+    tar_s = model.predict_seconds(len(shards), -(-shard_bytes // model.max_request), shard_bytes)
+    out["predicted_files_per_s"] = {
+        "folder": workers_or_one(workers) / per_file_s,
+        "tar": workers_or_one(workers) * len(manifest) / tar_s,
+    }
+    return out
+
+
+def _shard_size(images: int, max_workers: int) -> int:
+    """The course's 1,000 samples a shard, or fewer when a small dataset would give a worker no shard."""
+    return max(1, min(1000, images // (2 * max(1, max_workers))))
+
+
+def workers_or_one(workers: int) -> int:
+    """Readers working in parallel: the workers, or the main process when there are none."""
+    return max(1, workers)
+
+
+def run_benchmark(
+    root=None,
+    worker_counts: Sequence[int] | None = None,
+    out_dir=None,
+    log: Callable[[str], None] = print,
+    with_small_files: bool = True,
+) -> dict:
+    """Run the whole benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
+
+    ``worker_counts`` defaults to ``{0, 1, cores, 2 x cores}``. Every loader reads the full
+    dataset once per run; at ``workers = cores`` each runs two epochs and the faster one
+    counts (``best``), the other worker counts one epoch. Ratios in ``bench.json``:
+
+    * ``zip_vs_ceiling``, ``tar_vs_ceiling``: best images/s at ``workers = cores`` divided
+      by ``ceiling x cores``;
+    * ``tar_vs_webdataset``: ours / webdataset, same shards, buffer, transform, batch and
+      ``workers = cores``.
+    """
+    import json
+    import platform
+    from pathlib import Path
+
+    from packlab import data, pack, paths, plots
+
+    cores = data.available_cores()
+    worker_counts = sorted(set(worker_counts or [0, 1, cores, 2 * cores]))
+    out_dir = Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = data.load_manifest(root)
+    started = time.perf_counter()
+    results: dict = {
+        "machine": {"cores": cores, "python": platform.python_version(), "torch": torch.__version__,
+                    "load_average_before": _load_average()},
+        "images": len(manifest),
+    }
+
+    log(f"decode ceiling: decode + standard transform of {len(manifest)} JPEGs in memory, 1 process, 1 torch thread")
+    encoded = [data.image_path(s.key, root).read_bytes() for s in manifest]
+    ceiling = measure_ceiling(encoded)
+    del encoded
+    results["ceiling_images_per_s_per_core"] = ceiling
+    log(f"  {ceiling:.0f} images/s per core")
+    results["batch_memory"] = batch_memory_seconds()
+
+    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), max(worker_counts)),
+                                                       root=root, progress=False)]
+    zip_path = pack.ensure_zip(root=root, progress=False)
+    loaders = _suite_loaders(root, shards, zip_path)
+    rows = []
+    # 2 x cores workers is one of the measured settings; torch's warning about it says nothing new here.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    with torch_threads(1):  # the main process only collects batches; keep its thread pool out of the way
+        for name, make in loaders.items():
+            counts = [cores] if name == "tar, per-sample float" else worker_counts
+            for workers in counts:
+                epochs = 2 if workers == cores else 1
+                result = time_loader(make(workers), epochs=epochs, name=f"{name}, {workers} workers")
+                best = result.images_per_epoch / min(result.epoch_seconds)
+                rows.append({"loader": name, "workers": workers, "epochs": epochs,
+                             "images_per_s": result.images_per_s, "best_epoch_images_per_s": best,
+                             "epoch_seconds": result.epoch_seconds,
+                             "first_batch_seconds": result.first_batch_seconds})
+                log(f"  {name:24s} workers={workers}: {result.images_per_s:7.0f} images/s (best epoch {best:.0f})")
+    results["runs"] = rows
+
+    def best(name: str, workers: int = cores) -> float:
+        return next(r["best_epoch_images_per_s"] for r in rows if r["loader"] == name and r["workers"] == workers)
+
+    results["ratios"] = {
+        "zip_vs_ceiling": best("zip, per-worker handle") / (ceiling * cores),
+        "tar_vs_ceiling": best("tar shards (ours)") / (ceiling * cores),
+        "folder_vs_ceiling": best("JPEG folder") / (ceiling * cores),
+        "webdataset_vs_ceiling": best("webdataset") / (ceiling * cores),
+        "tar_vs_webdataset": best("tar shards (ours)") / best("webdataset"),
+        "batching_gain": best("tar shards (ours)") / best("tar, per-sample float"),
+    }
+    if with_small_files:
+        log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
+        results["small_files"] = small_file_penalty(root)
+        log(f"  {results['small_files']['modelled_files_per_s']}")
+    results["machine"]["load_average_after"] = _load_average()
+    results["wall_seconds"] = time.perf_counter() - started
+
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=2))
+    series: dict[str, dict[int, float]] = {}
+    for row in rows:
+        if row["loader"] != "tar, per-sample float":
+            series.setdefault(row["loader"], {})[row["workers"]] = row["images_per_s"]
+    figure = plots.plot_throughput_vs_workers(
+        series, ceiling=ceiling * cores, title=f"Full epoch of {len(manifest):,} images, {cores} cores"
+    )
+    figure.savefig(out_dir / "bench.png", dpi=120)
+    log("")
+    log(format_benchmark(results))
+    log(f"\nwrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'} ({results['wall_seconds']:.0f} s)")
+    return results
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def format_benchmark(results: dict) -> str:
+    """The benchmark's results as a plain-text table and the ratios."""
+    cores = results["machine"]["cores"]
+    ceiling = results["ceiling_images_per_s_per_core"]
+    rows = results["runs"]
+    names = list(dict.fromkeys(r["loader"] for r in rows))
+    counts = sorted({r["workers"] for r in rows})
+    table = {(r["loader"], r["workers"]): r["images_per_s"] for r in rows}
+    width = max(len(n) for n in names)
+    lines = [f"images/s, full epoch of {results['images']:,} images (start-up included)",
+             "loader".ljust(width) + "".join(f"{f'{w} workers':>12}" for w in counts)]
+    for name in names:
+        cells = "".join(f"{table[(name, w)]:12.0f}" if (name, w) in table else " " * 12 for w in counts)
+        lines.append(name.ljust(width) + cells)
+    lines.append(f"decode ceiling: {ceiling:.0f} images/s per core; x {cores} cores = {ceiling * cores:.0f}")
+    memory = results["batch_memory"]
+    lines.append(
+        "filling a batch, ms per image: fresh shared memory {:.2f}, fresh private {:.2f}, reused {:.2f}".format(
+            *(memory[k] * 1e3 for k in ("fresh_shared_s_per_image", "fresh_private_s_per_image", "reused_s_per_image"))
+        )
+    )
+    lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items()))
+    small = results.get("small_files")
+    if small:
+        lines.append(f"small files ({small['workers']} workers, no decode), files/s under the model "
+                     f"[{small['model_text']}]: " + ", ".join(f"{k} {v:.0f}" for k, v in small["modelled_files_per_s"].items())
+                     + f"; tar/folder {small['tar_vs_folder_modelled']:.1f}x")
+        if small["cold_files_per_s"]:
+            lines.append("  cold vs warm page cache, files/s: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in small["cold_files_per_s"].items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m packlab.bench", description=run_benchmark.__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 0 1 cores 2xcores)")
+    parser.add_argument("--out", help="output folder (default: _build/bench)")
+    parser.add_argument("--no-small-files", action="store_true", help="skip the cold-read and latency-model part")
+    args = parser.parse_args(argv)
+    run_benchmark(worker_counts=args.workers, out_dir=args.out, with_small_files=not args.no_small_files)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1158,11 +1158,14 @@ def _per_worker_epoch(ctx: Context, method: str, touch_first: bool) -> str:
         _call(ds.__getitem__, "dataset[0]", 0)
     if method == "spawn":
         _preflight_spawn(ds)
+    # Four forked workers make interleaved reads through a shared handle near certain; under
+    # spawn two suffice (each worker imports torch afresh, which is what costs time there).
+    workers = 2 if method == "spawn" else 4
     loader = _loader(
-        ctx, ds, workers=4, method=method, shuffle=True,
+        ctx, ds, workers=workers, method=method, shuffle=True,
         worker_init_fn=functools.partial(_cut_inherited_handles, str(ctx.fixtures["zip"])),
     )
-    return _audit(_collect(loader, len(samples), "sha256"), samples, _sha_reference(samples), workers=4)
+    return _audit(_collect(loader, len(samples), "sha256"), samples, _sha_reference(samples), workers=workers)
 
 
 def _per_worker_pixels(ctx: Context) -> str:

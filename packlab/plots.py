@@ -193,6 +193,72 @@ def plot_stage_costs(stages: Mapping[str, float], ax=None, title: str | None = N
     return fig
 
 
+def plot_step_timeline(timelines: Mapping[str, Sequence[tuple[float, float]]], ax=None, title: str | None = None):
+    """Where a training loop's time went, batch by batch: one row per run.
+
+    ``timelines`` maps a run's name to ``[(seconds waiting for the batch, seconds
+    computing on it), ...]`` in order (see :meth:`packlab.train.TrainingConsumer.intervals`).
+    Waiting is drawn in orange, computing in blue, along a common time axis: a loop that
+    overlaps loading with compute is almost all blue.
+    """
+    fig, ax = _fig_ax(ax, figsize=(8, 0.9 + 0.55 * len(timelines)))
+    names = list(timelines)
+    for row, name in enumerate(names):
+        t, waits, computes = 0.0, [], []
+        for wait, compute in timelines[name]:
+            waits.append((t, wait))
+            computes.append((t + wait, compute))
+            t += wait + compute
+        ax.broken_barh(waits, (row - 0.35, 0.7), color="tab:orange", label="waiting for data" if row == 0 else None)
+        ax.broken_barh(computes, (row - 0.35, 0.7), color="tab:blue", edgecolor="white", linewidth=0.5,
+                       label="training step" if row == 0 else None)
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the loop started (s)")
+    ax.set_xlim(left=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: the bars fill the axes
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_small_file_penalty(penalty: Mapping, ax=None):
+    """Files read per second (log scale) by each layout: warm, cold and under the network model.
+
+    ``penalty`` is what :func:`packlab.bench.small_file_penalty` returns; bars come from its
+    measured rates, and a black tick marks the model's prediction where there is one.
+    """
+    fig, ax = _fig_ax(ax, figsize=(9, 3.8))
+    layouts = ["folder", "zip", "tar"]
+    cold = penalty.get("cold_files_per_s") or {}
+    groups = {}
+    if cold:
+        groups["page cache warm"] = [cold.get(f"{name}_warm") for name in layouts]
+        groups["cold (pages dropped)"] = [cold.get(f"{name}_cold") for name in layouts]
+    groups["network model"] = [penalty["modelled_files_per_s"].get(name) for name in layouts]
+    width = 0.8 / len(groups)
+    x = np.arange(len(layouts))
+    for i, (group, values) in enumerate(groups.items()):
+        heights = [v if v is not None else 0 for v in values]
+        bars = ax.bar(x + (i - (len(groups) - 1) / 2) * width, heights, width, label=group)
+        ax.bar_label(bars, labels=[f"{v:,.0f}" if v else "" for v in values], fontsize=7, padding=2)
+    predicted = penalty.get("predicted_files_per_s", {})
+    model_x = x + (len(groups) - 1 - (len(groups) - 1) / 2) * width
+    for position, name in zip(model_x, layouts):
+        if name in predicted:
+            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2,
+                    label="model's prediction (waiting only)" if name == "folder" else None)
+    ax.set_yscale("log")
+    ax.set_xticks(x, ["JPEG folder\n(one file per image)", "zip\n(one archive)", "tar shards\n(sequential)"])
+    ax.set_ylabel("files read per second (log scale)")
+    ax.set_title(f"Reading without decoding, {penalty['workers']} workers", fontsize=10)
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: bars fill the axes
+    fig.tight_layout()
+    return fig
+
+
 def _fig_ax(ax, figsize):
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize)

@@ -13,6 +13,7 @@ gives on the JPEG.
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import torch
@@ -35,7 +36,10 @@ def decode_rgb(data: bytes, source: str = "<bytes>") -> Image.Image:
     so a bad sample in a 10,000-image epoch can be found and replaced.
     """
     try:
-        return Image.open(io.BytesIO(data)).convert("RGB")
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        # convert() always copies, even to the mode the image already has: skip it then.
+        return image if image.mode == "RGB" else image.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise CorruptImageError(
             f"cannot decode image {source}: {exc}. Check or regenerate the file "
@@ -50,10 +54,21 @@ def decode_and_resize(data: bytes, source: str = "<bytes>") -> np.ndarray:
 
 
 def to_tensor(pixels: np.ndarray) -> torch.Tensor:
-    """uint8 HxWxC array to float32 CxHxW tensor in [0, 1]."""
-    if not pixels.flags.writeable:  # arrays over PIL images or bytes are read-only; torch wants to own them
-        pixels = pixels.copy()
-    return torch.from_numpy(pixels).permute(2, 0, 1).float().div_(255)
+    """uint8 HxWxC array to a contiguous float32 CxHxW tensor in [0, 1].
+
+    The division reads the uint8 pixels channels-first and writes the float tensor in
+    one pass. The result is contiguous, so stacking a batch is a plain copy; a merely
+    permuted view (``permute(2, 0, 1).float()``) keeps the pixel-interleaved layout and
+    makes every later copy a slow strided one.
+    """
+    height, width, channels = pixels.shape
+    out = torch.empty((channels, height, width), dtype=torch.float32)
+    with warnings.catch_warnings():
+        # Arrays over PIL images or bytes are read-only; we only read them, never write.
+        warnings.simplefilter("ignore", UserWarning)
+        source = torch.from_numpy(pixels)
+    torch.div(source.permute(2, 0, 1), 255, out=out)
+    return out
 
 
 def standard_transform(data: bytes, source: str = "<bytes>") -> torch.Tensor:
@@ -61,9 +76,20 @@ def standard_transform(data: bytes, source: str = "<bytes>") -> torch.Tensor:
     return to_tensor(decode_and_resize(data, source))
 
 
-def pixels_to_tensor(raw: bytes, source: str = "<bytes>") -> torch.Tensor:
-    """Raw uint8 pixels (as written by :mod:`packlab.pack` with ``members='raw'``) to a tensor."""
+def raw_to_array(raw: bytes, source: str = "<bytes>") -> np.ndarray:
+    """Raw uint8 pixels (as written by :mod:`packlab.pack` with ``members='raw'``) as a ``RAW_SHAPE`` array.
+
+    No copy: the array is a read-only view of ``raw``.
+    """
     expected = int(np.prod(RAW_SHAPE))
     if len(raw) != expected:
-        raise CorruptImageError(f"raw sample {source} has {len(raw)} bytes, expected {expected} ({RAW_SHAPE} uint8)")
-    return to_tensor(np.frombuffer(raw, dtype=np.uint8).reshape(RAW_SHAPE))
+        raise CorruptImageError(
+            f"raw sample {source} has {len(raw)} bytes, expected {expected} ({RAW_SHAPE} uint8): it is truncated or "
+            "was written for another image size. Rewrite it with packlab.pack (write_raw_folder or write_zip members='raw')."
+        )
+    return np.frombuffer(raw, dtype=np.uint8).reshape(RAW_SHAPE)
+
+
+def pixels_to_tensor(raw: bytes, source: str = "<bytes>") -> torch.Tensor:
+    """Raw uint8 pixels (as written by :mod:`packlab.pack` with ``members='raw'``) to the standard tensor."""
+    return to_tensor(raw_to_array(raw, source))

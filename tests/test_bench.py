@@ -88,3 +88,25 @@ def test_run_until_error_returns_the_error_and_the_batches_before_it():
     batches, error = run_until_error(DataLoader(FailsAtThree(), batch_size=1))
     assert batches == 3 and isinstance(error, ValueError) and "sample 3" in str(error)
     assert run_until_error(_loader(10, 5)) == (2, None)
+
+
+def test_the_benchmark_writes_every_ratio_and_a_plot(small_root, tmp_path):
+    import json
+    import shutil
+
+    from packlab.bench import format_benchmark, run_benchmark
+
+    root = tmp_path / "data"
+    shutil.copytree(small_root, root)
+    lines = []
+    results = run_benchmark(root=root, worker_counts=[0, 2], out_dir=tmp_path / "out", log=lines.append)
+    written = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert (tmp_path / "out" / "bench.png").stat().st_size > 0
+    for name in ("zip_vs_ceiling", "tar_vs_ceiling", "tar_vs_webdataset"):
+        assert written["ratios"][name] > 0
+    assert written["ceiling_images_per_s_per_core"] > 0
+    loaders = {r["loader"] for r in written["runs"]}
+    assert {"JPEG folder", "zip, per-worker handle", "tar shards (ours)", "webdataset"} <= loaders
+    assert all(r["workers"] in (0, 2) for r in written["runs"])
+    assert written["small_files"]["modelled_files_per_s"]["tar"] > 0
+    assert "decode ceiling" in format_benchmark(results) and any("ratios" in line for line in lines)

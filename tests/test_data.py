@@ -112,13 +112,6 @@ def test_verify_reports_labels_that_disagree(copy_of_small):
     assert len(problems) == 1 and "labels.csv" in problems[0] and key in problems[0]
 
 
-def test_missing_files_raise_errors_that_say_what_to_do(tmp_path):
-    with pytest.raises(data.DatasetError, match=r"manifest\.csv does not exist.*make data"):
-        data.load_manifest(tmp_path)
-    with pytest.raises(data.DatasetError, match=r"labels\.csv does not exist.*PACKLAB_DATA"):
-        data.load_labels(tmp_path)
-
-
 def test_cli_verify_exit_code_and_message(copy_of_small):
     cmd = [sys.executable, "-m", "packlab.data", "--root", str(copy_of_small), "--verify", "-q"]
     ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

@@ -1,9 +1,11 @@
-"""The folder and zip datasets of chapters 1-4: exactly once, right labels, bit-exact pixels.
+"""The folder and zip datasets of chapters 1-4: key slices, and ZipDataset's per-process handles.
 
-Every loader runs with 4 workers under each start method on a slice of the dataset
-(small archives of that slice are written into a temporary folder, so the tests do not
-depend on the course's cached 2 GB raw zip). The naive zip dataset must keep failing the
-way chapter 3 says it does; the error tests check that bad input names the file.
+ZipDataset must never read through a handle another process opened (even when the parent
+used it before the workers started), must close its workers' handles when they exit, and
+must pickle without its handle. The tests read a slice of the dataset, packed into small
+archives in a temporary folder so they do not depend on the course's cached 2 GB raw zip.
+Exactly-once epochs under every start method are in test_start_methods.py; bad input
+(corrupt, missing and damaged files) is in test_bad_input.py.
 """
 
 from __future__ import annotations
@@ -12,27 +14,19 @@ import multiprocessing
 import os
 import pickle
 import zipfile
-import zlib
 
 import pytest
 import torch
-from torch.utils.data import ConcatDataset, DataLoader
+from torch.utils.data import DataLoader
 
-from packlab import audit, data, pack, paths
-from packlab.bench import run_until_error
-from packlab.loaders import JpegFolderDataset, NaiveZipDataset, RawFolderDataset, ZipDataset, open_archive_in_worker
-from packlab.transforms import CorruptImageError
+from packlab import audit, data, pack
+from packlab.loaders import JpegFolderDataset, ZipDataset, open_archive_in_worker
 
-START_METHODS = ["fork", "spawn", "forkserver"]
 WORKERS = 4
 SLICE_STEP = 32  # every 32nd sample: 313 samples spread over the whole dataset
-TIMEOUT = 120  # seconds per batch; spawn start-up on a busy 2-core machine included
+TIMEOUT = 120  # seconds per batch
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
-
-# forkserver workers are forked from one server process; importing torch there once, not in
-# every worker, keeps these tests fast (no effect if the server is already running).
-multiprocessing.set_forkserver_preload(["torch", "packlab.loaders", "packlab.audit"])
 
 
 @pytest.fixture(scope="module")
@@ -69,39 +63,6 @@ def audit_with_workers(dataset, subset, reference, method, **loader_args):
     report = audit.audit_epoch(audit.records_from_batches(loader), subset, reference)
     assert report.ok, report.summary()
     assert report.delivered == len(subset)
-
-
-@pytest.mark.parametrize("method", START_METHODS)
-def test_zip_and_folder_datasets_exactly_once_bit_exact(method, small_zips, subset, reference):
-    """ZipDataset (JPEG and raw members) and JpegFolderDataset, 4 workers, one loader for all three.
-
-    Starting 4 spawn workers costs seconds, so the three datasets share one loader: a
-    ConcatDataset read in order (the DataLoader's default), whose epoch is cut back
-    into the three parts by position and each part audited on its own.
-    """
-    keys = [s.key for s in subset]
-    parts = {
-        "ZipDataset, jpeg members": ZipDataset(small_zips["jpeg"], return_key=True),
-        "ZipDataset, raw members": ZipDataset(small_zips["raw"], return_key=True),
-        "JpegFolderDataset": JpegFolderDataset(keys=keys, return_key=True),
-    }
-    loader = DataLoader(
-        ConcatDataset(list(parts.values())),
-        batch_size=16,
-        num_workers=WORKERS,
-        multiprocessing_context=method,
-        timeout=TIMEOUT,
-    )
-    records = audit.records_from_batches(loader)
-    assert len(records) == len(parts) * len(subset)
-    for i, name in enumerate(parts):
-        report = audit.audit_epoch(records[i * len(subset) : (i + 1) * len(subset)], subset, reference)
-        assert report.ok, f"{name} under {method}: {report.summary()}"
-
-
-def test_raw_folder_dataset_exactly_once_bit_exact(tmp_path, subset, reference):
-    folder = pack.write_raw_folder(tmp_path / "raw", samples=subset, progress=False)
-    audit_with_workers(RawFolderDataset(folder, keys=[s.key for s in subset], return_key=True), subset, reference, "fork")
 
 
 def test_keys_select_a_slice_in_the_order_given(small_zips, subset):
@@ -161,126 +122,6 @@ def test_zip_dataset_pickles_without_its_handle(small_zips):
     assert torch.equal(clone[3][0], dataset[3][0])
     dataset.close()
     clone.close()
-
-
-def first_loader_error(loader):
-    """Iterate a whole epoch; return the exception it raised (or None), with its workers shut down."""
-    return run_until_error(loader)[1]
-
-
-def test_naive_zip_dataset_fails_under_fork():
-    dataset = NaiveZipDataset(pack.ensure_zip("jpeg", progress=False))
-    loader = DataLoader(dataset, batch_size=64, num_workers=2, multiprocessing_context="fork", timeout=TIMEOUT)
-    error = first_loader_error(loader)
-    dataset.archive.close()
-    assert isinstance(error, (zipfile.BadZipFile, zlib.error)), f"expected BadZipFile or zlib.error, got {error!r}"
-
-
-@pytest.mark.filterwarnings("ignore:Got pickle error:UserWarning")
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_naive_zip_dataset_cannot_be_pickled(method, small_zips):
-    dataset = NaiveZipDataset(small_zips["jpeg"])
-    loader = DataLoader(dataset, batch_size=16, num_workers=2, multiprocessing_context=method, timeout=TIMEOUT)
-    with pytest.raises(TypeError, match="cannot pickle"):
-        iter(loader)
-    dataset.archive.close()
-
-
-def test_naive_zip_dataset_is_correct_without_workers(small_zips, subset, reference):
-    dataset = NaiveZipDataset(small_zips["jpeg"], return_key=True)
-    report = audit.audit_epoch(audit.records_from_batches(DataLoader(dataset, batch_size=16)), subset, reference)
-    dataset.archive.close()
-    assert report.ok, report.summary()
-
-
-# ----------------------------------------------------------------------------- errors
-
-
-def test_zip_missing_archive_is_named(tmp_path):
-    missing = tmp_path / "nowhere.zip"
-    with pytest.raises(FileNotFoundError, match="nowhere.zip"):
-        ZipDataset(missing)
-
-
-def test_zip_not_a_zip_is_named(tmp_path):
-    bogus = tmp_path / "bogus.zip"
-    bogus.write_bytes(b"this is not a zip archive at all" * 10)
-    with pytest.raises(zipfile.BadZipFile, match="bogus.zip"):
-        ZipDataset(bogus)
-
-
-def test_zip_without_labels_is_named(tmp_path):
-    path = tmp_path / "nolabels.zip"
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("000000.jpg", b"x")
-    with pytest.raises(data.DatasetError, match="nolabels.zip.*labels.csv"):
-        ZipDataset(path)
-
-
-def test_zip_member_without_label_is_not_dropped(tmp_path, subset):
-    path = pack.write_zip(tmp_path / "extra.zip", samples=subset[:2], progress=False)
-    with zipfile.ZipFile(path, "a") as archive:
-        archive.writestr("999999.jpg", b"x")
-    with pytest.raises(data.DatasetError, match="999999"):
-        ZipDataset(path)
-
-
-def test_zip_bad_crc_names_member_and_archive(tmp_path, subset):
-    path = pack.write_zip(tmp_path / "damaged.zip", samples=subset[:3], progress=False)
-    with zipfile.ZipFile(path) as archive:
-        info = archive.getinfo(pack.member_name(subset[1].key, "jpeg"))
-    # Flip one byte in the middle of the member's data (after its 30-byte header and name).
-    offset = info.header_offset + 30 + len(info.filename) + info.file_size // 2
-    raw = bytearray(path.read_bytes())
-    raw[offset] ^= 0xFF
-    path.write_bytes(bytes(raw))
-    dataset = ZipDataset(path)
-    dataset[0]
-    with pytest.raises(zipfile.BadZipFile, match=rf"{subset[1].key}\.jpg.*damaged\.zip"):
-        dataset[1]
-    dataset.close()
-
-
-def test_zip_corrupt_jpeg_member_is_named(tmp_path):
-    path = tmp_path / "corrupt.zip"
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(pack.ZIP_LABELS_MEMBER, "key,label\n000000,3\n")
-        archive.writestr("000000.jpg", b"not a jpeg")
-    with pytest.raises(CorruptImageError, match=r"corrupt\.zip:000000\.jpg"):
-        ZipDataset(path)[0]
-
-
-def _tiny_root(tmp_path, manifest, count=3):
-    root = tmp_path / "root"
-    (root / "images").mkdir(parents=True)
-    for sample in manifest[:count]:
-        (root / "images" / f"{sample.key}.jpg").write_bytes(data.image_path(sample.key).read_bytes())
-    (root / "labels.csv").write_text("key,label\n" + "".join(f"{s.key},{s.label}\n" for s in manifest[:count]))
-    return root
-
-
-def test_folder_missing_folder_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match=str(tmp_path / "images")):
-        JpegFolderDataset(tmp_path)
-
-
-def test_folder_missing_labels_is_named(tmp_path, manifest):
-    root = _tiny_root(tmp_path, manifest)
-    os.remove(paths.labels_path(root))
-    with pytest.raises(data.DatasetError, match="labels.csv"):
-        JpegFolderDataset(root)
-
-
-def test_folder_missing_and_corrupt_files_are_named(tmp_path, manifest):
-    root = _tiny_root(tmp_path, manifest)
-    dataset = JpegFolderDataset(root, return_key=True)
-    assert dataset[0][1:] == (manifest[0].label, manifest[0].key)
-    data.image_path(manifest[1].key, root).write_bytes(b"\xff\xd8 truncated")
-    with pytest.raises(CorruptImageError, match=f"{manifest[1].key}.jpg"):
-        dataset[1]
-    os.remove(data.image_path(manifest[2].key, root))
-    with pytest.raises(FileNotFoundError, match=f"{manifest[2].key}.jpg.*labels.csv"):
-        dataset[2]
 
 
 def test_stage_cost_plot_has_units_and_every_stage():

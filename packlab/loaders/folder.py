@@ -10,21 +10,28 @@ handle to go wrong with workers (compare :mod:`packlab.loaders.zip`); the price 
 * :class:`RawFolderDataset` reads pixels decoded and resized ahead of time
   (:func:`packlab.pack.write_raw_folder`): as many files, but no decode left to do.
   Chapter 2 compares the two to separate the effect of preprocessing from that of packing.
+
+A file that is listed but missing, or that does not decode, raises an error naming it;
+with ``on_bad_sample="skip"`` it is skipped and counted instead (see
+:mod:`packlab.loaders.skipping`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch.utils.data import Dataset
 
 from packlab import data, paths
-from packlab.transforms import pixels_to_tensor, standard_transform
+from packlab.loaders.skipping import BadSampleHandling
+from packlab.storage import open_local
+from packlab.transforms import CorruptImageError, pixels_to_tensor, standard_transform
 
 
-class FileFolderDataset(Dataset):
+class FileFolderDataset(Dataset, BadSampleHandling):
     """Map-style dataset over ``<folder>/<key><suffix>``, labels from the dataset's labels file.
 
     Samples are the keys of the labels file (``<root>/labels.csv``, ``root`` defaulting to
@@ -32,6 +39,16 @@ class FileFolderDataset(Dataset):
     dataset, in the order given; each must be in the labels file). ``dataset[i]`` is ``(image, label)``,
     or ``(image, label, key)`` with ``return_key=True``. ``transform(file_bytes, source)``
     makes the image; ``source`` is the file's path, so a corrupt file is named in the error.
+
+    ``on_bad_sample="skip"`` skips a file that is missing or does not decode, with a
+    :class:`~packlab.loaders.skipping.BadSampleWarning`, and counts it in ``skipped``
+    (summed over DataLoader workers). ``dataset[i]`` then returns a
+    :class:`~packlab.loaders.skipping.SkippedSample` marker for it, so the DataLoader needs
+    ``collate_fn=packlab.loaders.skipping.collate_skipping_bad``. A missing folder or labels
+    file raises in either mode.
+
+    ``opener(path)`` opens each file for reading (default: the local filesystem); pass
+    :meth:`packlab.storage.NetworkFSModel.open` to read as if over a network filesystem.
     """
 
     suffix = ""
@@ -44,7 +61,11 @@ class FileFolderDataset(Dataset):
         keys: Sequence[str] | None = None,
         transform: Callable[[bytes, str], torch.Tensor],
         return_key: bool = False,
+        on_bad_sample: str = "raise",
+        opener: Callable[[str], BinaryIO] = open_local,
     ):
+        self._set_bad_sample_mode(on_bad_sample)
+        self.opener = opener
         root = Path(root) if root is not None else paths.data_root()
         self.folder = Path(folder)
         self.labels_file = paths.labels_path(root)
@@ -70,17 +91,26 @@ class FileFolderDataset(Dataset):
         """The file behind sample ``index``."""
         return self.folder / f"{self.keys[index]}{self.suffix}"
 
-    def __getitem__(self, index: int):
-        path = self.path_of(index)
+    def read_file(self, path: Path) -> bytes:
+        """The bytes of one sample's file; a missing file is named together with the labels file."""
         try:
-            with open(path, "rb") as f:  # one open + read + close per sample, every epoch
-                payload = f.read()
+            with self.opener(str(path)) as f:  # one open + read + close per sample, every epoch
+                return f.read()
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"{path} is listed in {self.labels_file} but does not exist. "
                 "Run `python -m packlab.data --verify` to list every missing original."
             ) from None
-        image = self.transform(payload, str(path))  # CorruptImageError names the path
+
+    def __getitem__(self, index: int):
+        path = self.path_of(index)
+        try:
+            image = self.transform(self.read_file(path), str(path))  # CorruptImageError names the path
+        except (FileNotFoundError, CorruptImageError) as exc:
+            if not self.skipping:
+                raise
+            reason = "missing file" if isinstance(exc, FileNotFoundError) else "corrupt image"
+            return self._skip(str(path), reason, exc)
         if self.return_key:
             return image, self.labels[index], self.keys[index]
         return image, self.labels[index]
@@ -91,7 +121,8 @@ class JpegFolderDataset(FileFolderDataset):
 
     ``root`` is the data root (default: :func:`packlab.paths.data_root`). The default
     transform is the course's :func:`packlab.transforms.standard_transform` (decode,
-    resize to 256x256 as uint8, then a 3x256x256 float tensor).
+    resize to 256x256 as uint8, then a 3x256x256 float tensor). For ``on_bad_sample``
+    see :class:`FileFolderDataset`.
     """
 
     suffix = ".jpg"
@@ -103,16 +134,22 @@ class JpegFolderDataset(FileFolderDataset):
         keys: Sequence[str] | None = None,
         transform: Callable[[bytes, str], torch.Tensor] = standard_transform,
         return_key: bool = False,
+        on_bad_sample: str = "raise",
+        opener: Callable[[str], BinaryIO] = open_local,
     ):
         root = Path(root) if root is not None else paths.data_root()
-        super().__init__(paths.images_dir(root), root=root, keys=keys, transform=transform, return_key=return_key)
+        super().__init__(
+            paths.images_dir(root), root=root, keys=keys, transform=transform, return_key=return_key,
+            on_bad_sample=on_bad_sample, opener=opener,
+        )
 
 
 class RawFolderDataset(FileFolderDataset):
     """Pre-resized raw pixels, ``<folder>/<key>.raw`` (see :func:`packlab.pack.write_raw_folder`).
 
     Pass the folder :func:`packlab.pack.ensure_raw_folder` returns. Images are bit-identical
-    to :class:`JpegFolderDataset`'s; labels come from ``<root>/labels.csv``.
+    to :class:`JpegFolderDataset`'s; labels come from ``<root>/labels.csv``. For
+    ``on_bad_sample`` see :class:`FileFolderDataset`.
     """
 
     suffix = ".raw"
@@ -125,5 +162,10 @@ class RawFolderDataset(FileFolderDataset):
         keys: Sequence[str] | None = None,
         transform: Callable[[bytes, str], torch.Tensor] = pixels_to_tensor,
         return_key: bool = False,
+        on_bad_sample: str = "raise",
+        opener: Callable[[str], BinaryIO] = open_local,
     ):
-        super().__init__(folder, root=root, keys=keys, transform=transform, return_key=return_key)
+        super().__init__(
+            folder, root=root, keys=keys, transform=transform, return_key=return_key, on_bad_sample=on_bad_sample,
+            opener=opener,
+        )

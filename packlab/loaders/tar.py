@@ -13,8 +13,9 @@ stage:
 3. **Split.** By rank first (``order[rank::world_size]``), then by worker
    (``mine[worker::num_workers]``). Without the worker split every worker reads every
    shard and each sample arrives ``num_workers`` times.
-4. **Read.** :mod:`tarfile` in streaming mode (``"r|"``) never seeks, so the same code
-   reads a local file, a pipe or an HTTP response (:func:`open_shard`).
+4. **Read.** Header, contents, header, contents, front to back, never seeking, so the
+   same code reads a local file, a pipe or an HTTP response (:func:`open_shard`,
+   :func:`iter_tar_members`).
 5. **Group.** Consecutive members that share a key (``000123.cls``, ``000123.jpg``) form
    one sample.
 6. **Shuffle buffer.** A bounded buffer shuffles samples *locally* (:func:`shuffle_buffer`).
@@ -22,11 +23,12 @@ stage:
 7. **Decode + transform.** :func:`packlab.transforms.standard_transform`, as in every
    loader of the course.
 
-Two things :mod:`tarfile` does not do for us, and this module does: in streaming mode it
-stops *silently* at a header it cannot parse or at a file cut off between two members
-(it takes either for the end of the archive), so :func:`iter_tar_members` checks that
-the archive really ends with tar's end-of-archive marker; and it knows nothing about
-samples, so :func:`group_samples` insists that every sample has all of its files.
+Why not :mod:`tarfile` in streaming mode (``"r|"``)? It works, but it stops *silently* at a header it cannot parse or at a file
+cut off between two members (it takes either for the end of the archive), and its
+general machinery costs more per member than the few lines a sample stream needs. So
+:func:`iter_tar_members` reads the format itself, checks every header's checksum and
+insists on tar's end-of-archive marker; and :func:`group_samples` insists that every
+sample has all of its files.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from packlab.loaders.skipping import BadSampleHandling
 from packlab.pack import expand_pattern
-from packlab.transforms import standard_transform
+from packlab.transforms import CorruptImageError, standard_transform
 
 #: Extensions every sample must have: the encoded image and its class label.
 IMAGE_EXTENSION = "jpg"
@@ -186,75 +189,134 @@ def open_shard(name: str, timeout: float = 60.0) -> BinaryIO:
         raise ShardError(f"cannot open shard {name}: {exc.strerror}. Check the shard list or pattern.") from None
 
 
-class _RecentBytes:
-    """A read-only file wrapper that counts the bytes read and keeps the last few reads.
+def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+    """``size`` bytes from ``stream``, or fewer only if the stream ends first.
 
-    :func:`iter_tar_members` uses it to look at the bytes just after the last member
-    once :mod:`tarfile` has stopped.
+    Files return everything asked for in one read; pipes and sockets may return less,
+    so keep reading.
     """
-
-    def __init__(self, raw: BinaryIO, keep_reads: int = 8):
-        self.raw = raw
-        self.position = 0
-        self.recent: collections.deque[bytes] = collections.deque(maxlen=keep_reads)
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self.raw.read(size)
-        self.position += len(chunk)
-        self.recent.append(chunk)
+    chunk = stream.read(size)
+    if len(chunk) == size or not chunk:
         return chunk
+    parts = [chunk]
+    got = len(chunk)
+    while got < size:
+        more = stream.read(size - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
-    def bytes_from(self, offset: int, need: int) -> bytes:
-        """At least ``need`` bytes from ``offset`` on (fewer if the stream ends first)."""
-        kept = b"".join(self.recent)
-        start = offset - (self.position - len(kept))
-        if start < 0:
-            raise RuntimeError("the end-of-archive check lost track of the stream position")
-        tail = kept[start:]
-        while len(tail) < need:
-            more = self.read(need - len(tail))
-            if not more:
-                break
-            tail += more
-        return tail[:need]
+
+def _header_number(field: bytes) -> int:
+    """A numeric header field: octal digits, NUL/space padded, or GNU base-256 for large values."""
+    if field[0] & 0x80:  # base-256: the remaining bits are a big-endian binary number
+        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    digits = field.split(b"\0", 1)[0].strip()
+    return int(digits, 8) if digits else 0
+
+
+def _header_string(field: bytes) -> str:
+    return field.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def _pax_records(payload: bytes) -> dict[str, str]:
+    """The ``key=value`` records of a pax extended header ("%d %s=%s\\n", length first)."""
+    records, position = {}, 0
+    while position < len(payload):
+        space = payload.index(b" ", position)
+        length = int(payload[position:space])
+        key, _, value = payload[space + 1 : position + length - 1].partition(b"=")
+        records[key.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
+        position += length
+    return records
+
+
+#: Type flags of members whose bytes are a file's contents.
+_REGULAR_FILE_TYPES = (b"0", b"\0", b"7")
 
 
 def iter_tar_members(stream: BinaryIO, source: str) -> Iterator[tuple[str, bytes]]:
     """Yield ``(member name, bytes)`` for the regular files of a tar stream, in order.
 
-    Reads sequentially with ``tarfile.open(fileobj=..., mode="r|")``; ``source`` names
-    the shard in errors. ``.gz`` shards are decompressed on the fly. A shard that is cut
-    off, or whose headers are damaged, raises :class:`ShardError` instead of ending early.
+    A tar archive is a sequence of members, each a 512-byte header (name, size in octal,
+    type, a checksum of the header) followed by the contents padded to a multiple of 512
+    bytes, and it ends with two blocks of zeros. This reads it front to back, never
+    seeking, so a local file, a pipe and an HTTP response all work; ``.gz`` shards are
+    decompressed on the fly. It understands the ustar, GNU and pax variants of the
+    format that :mod:`tarfile` and GNU tar write (long names included) and skips
+    directories, links and other non-files. ``source`` names the shard in errors.
+
+    Unlike :mod:`tarfile` in streaming mode, which takes a cut-off file or a damaged
+    header for the end of the archive and stops silently, this raises
+    :class:`ShardError` for both: every header's checksum is verified, and the archive
+    must end with its end-of-archive blocks.
     """
     raw = gzip.GzipFile(fileobj=stream) if source.endswith((".gz", ".tgz")) else stream
-    recorder = _RecentBytes(raw)
+    offset = 0  # of the next header, for error messages
+    long_name: str | None = None  # from a GNU 'L' member, for the member after it
+    pax: dict[str, str] = {}  # from a pax 'x' member, for the member after it
     try:
-        with tarfile.open(fileobj=recorder, mode="r|") as tar:
-            for info in tar:
-                if not info.isfile():
-                    continue
-                yield info.name, tar.extractfile(info).read()
-                # In streaming mode tarfile still appends every header to tar.members;
-                # forget them, or a shard of millions of members grows without bound.
-                tar.members = []
-            # tarfile stops at the first header it cannot parse and at a file that ends
-            # between members, as if the archive had ended there. A real end is two zero
-            # blocks at tar.offset (where the next header would start): check for them.
-            end = recorder.bytes_from(tar.offset, len(_END_OF_ARCHIVE))
+        while True:
+            header = _read_exactly(raw, _BLOCK)
+            if len(header) < _BLOCK:
+                raise ShardError(
+                    f"shard {source} is truncated: it stops at byte {offset + len(header)} without tar's "
+                    "end-of-archive marker, so the samples after that point are missing. Rewrite or re-download it."
+                )
+            if header == _END_OF_ARCHIVE[:_BLOCK]:
+                second = _read_exactly(raw, _BLOCK)
+                if second != _END_OF_ARCHIVE[:_BLOCK]:
+                    raise ShardError(
+                        f"shard {source} has a block of zeros at byte {offset} that is not followed by a second one: "
+                        "the archive is damaged there. Rewrite or re-download it."
+                    )
+                return
+            # The checksum is the sum of the header's bytes with its own field read as spaces.
+            try:
+                stored = _header_number(header[148:156])
+            except ValueError:
+                stored = -1
+            computed = sum(header[:148]) + 8 * 32 + sum(header[156:])
+            if stored != computed:
+                raise ShardError(
+                    f"shard {source} has a damaged header at byte {offset} (checksum mismatch): reading stops "
+                    "there and the samples after it would be lost. Rewrite or re-download it."
+                )
+            size = int(pax["size"]) if "size" in pax else _header_number(header[124:136])
+            padded = size + (-size % _BLOCK)
+            contents = _read_exactly(raw, padded)
+            if len(contents) < padded:
+                raise ShardError(
+                    f"shard {source} is truncated: the member whose header is at byte {offset} needs {size} bytes "
+                    f"and the file ends after {len(contents)}. Rewrite or re-download it."
+                )
+            payload = contents[:size] if padded != size else contents
+            offset += _BLOCK + padded
+            kind = header[156:157]
+            if kind == b"L":  # GNU long name: the contents name the next member
+                long_name = _header_string(payload)
+                continue
+            if kind == b"x":  # pax extended header: records for the next member
+                pax = _pax_records(payload)
+                continue
+            if kind in _REGULAR_FILE_TYPES:
+                if long_name is not None:
+                    name = long_name
+                elif "path" in pax:
+                    name = pax["path"]
+                else:
+                    name = _header_string(header[0:100])
+                    if header[257:263] == b"ustar\0" and header[345] != 0:  # POSIX ustar: prefix/name
+                        name = f"{_header_string(header[345:500])}/{name}"
+                yield name, payload
+            # Directories, links, pax global headers ('g'), GNU long link names ('K'): not samples.
+            long_name, pax = None, {}
     except TimeoutError as exc:
         raise ShardError(f"reading shard {source} timed out ({exc}): is the server or filesystem stalled?") from None
-    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
+    except (EOFError, OSError, gzip.BadGzipFile, ValueError) as exc:
         raise ShardError(f"shard {source} is truncated or corrupt: {exc}. Rewrite or re-download it.") from None
-    if len(end) < len(_END_OF_ARCHIVE):
-        raise ShardError(
-            f"shard {source} is truncated: it stops at byte {tar.offset + len(end)} without tar's "
-            "end-of-archive marker, so the samples after that point are missing. Rewrite or re-download it."
-        )
-    if end != _END_OF_ARCHIVE:
-        raise ShardError(
-            f"shard {source} has a damaged header at byte {tar.offset}: reading stops there and the "
-            "samples after it would be lost. Rewrite or re-download it."
-        )
 
 
 def split_key(member_name: str) -> tuple[str, str]:
@@ -297,7 +359,10 @@ def group_samples(members: Iterable[tuple[str, bytes]], source: str) -> Iterator
         try:
             label = int(text)
         except ValueError:
-            raise ShardError(f"{source}:{key}.{LABEL_EXTENSION} holds {text!r}, not an integer class label") from None
+            raise ShardError(
+                f"{source}:{key}.{LABEL_EXTENSION} holds {text!r}, not an integer class label. Rewrite the shard "
+                "(packlab.pack.write_tar_shards), or pass on_bad_sample='skip' to the dataset to skip such samples."
+            ) from None
         return RawSample(key, label, files[IMAGE_EXTENSION], f"{source}:{key}.{IMAGE_EXTENSION}")
 
     key, files = None, {}
@@ -399,7 +464,7 @@ def skip_decode(image_bytes: bytes, source: str = "<bytes>") -> torch.Tensor:
     return torch.tensor(len(image_bytes))
 
 
-class TarShardDataset(IterableDataset):
+class TarShardDataset(IterableDataset, BadSampleHandling):
     """Samples from WebDataset-style tar shards, split between ranks and workers.
 
     ``shards`` is a list of paths/URLs or a brace pattern. Each epoch the shard order is
@@ -423,6 +488,16 @@ class TarShardDataset(IterableDataset):
 
     With ``persistent_workers=True`` each worker keeps the copy of the dataset it got when
     it started, so :meth:`set_epoch` no longer reaches it; leave persistent workers off.
+
+    A damaged shard, a sample with a bad label or a missing file, or an image that does
+    not decode raises (:class:`ShardError`, :class:`~packlab.transforms.CorruptImageError`)
+    naming the shard and member. With ``on_bad_sample="skip"`` the bad sample is left out
+    instead, with a :class:`~packlab.loaders.skipping.BadSampleWarning`, and counted in
+    ``skipped`` (summed over DataLoader workers). A truncated or corrupt shard delivers
+    the samples before the damage and counts once, as a damaged shard: how many samples
+    were lost after the damage cannot be known. A shard that cannot be opened raises in
+    either mode. With ``epoch_length``, a skipped image is replaced by another draw, so
+    epochs keep their length.
     """
 
     def __init__(
@@ -439,8 +514,10 @@ class TarShardDataset(IterableDataset):
         split_by_worker: bool = True,
         epoch_length: int | None = None,
         opener: Callable[[str], BinaryIO] = open_shard,
+        on_bad_sample: str = "raise",
     ):
         super().__init__()
+        self._set_bad_sample_mode(on_bad_sample)
         if isinstance(shards, (str, Path)):
             self.shards = expand_pattern(str(shards))
         else:
@@ -481,27 +558,84 @@ class TarShardDataset(IterableDataset):
             mine = split_shards_by_worker(mine, worker_id, num_workers)
         return mine
 
-    def _raw_samples(self, worker_id: int, num_workers: int) -> Iterator[RawSample]:
+    def _shard_samples(self, shard: str) -> Iterator[RawSample]:
+        """One shard's samples; in skip mode without the bad ones."""
+        if not self.skipping:
+            return iter_shard_samples(shard, self.opener)
+        return self._good_samples(shard)
+
+    def _good_samples(self, shard: str) -> Iterator[RawSample]:
+        """Skip mode: one shard's samples, leaving out bad ones instead of raising.
+
+        The members are grouped by key and each group becomes a sample on its own, so a
+        sample with a bad label or a missing file is skipped alone. Damage to the shard
+        itself ends it: the samples before the damage have been delivered.
+        """
+        stream = self.opener(shard)  # a shard that cannot be opened raises, even in skip mode
+        try:
+            found = False
+            members = iter_tar_members(stream, shard)
+            for key, files in itertools.groupby(members, key=lambda member: split_key(member[0])[0]):
+                files = list(files)  # a damaged shard raises here, outside the sample's try
+                found = True
+                try:
+                    yield from group_samples(files, shard)
+                except ShardError as exc:
+                    self._skip(f"{shard}:{key}", "invalid sample", exc)
+            if not found:
+                raise ShardError(f"shard {shard} holds no samples")
+        except ShardError as exc:
+            self._skip(shard, "damaged shard", exc)
+        finally:
+            stream.close()
+
+    def _resampled(self, rng: random.Random) -> Iterator[RawSample]:
+        """Samples of shards drawn with replacement, without end (``epoch_length`` mode)."""
+        empty: set[str] = set()
+        while len(empty) < len(set(self.shards)):
+            shard = rng.choice(self.shards)
+            found = False
+            for sample in self._shard_samples(shard):
+                found = True
+                yield sample
+            if not found:  # only in skip mode; without this check, all-bad shards would loop forever
+                empty.add(shard)
+        raise ShardError(f"none of the {len(empty)} shards holds a readable sample: check or rewrite them")
+
+    def _raw_samples(self, worker_id: int, num_workers: int) -> tuple[Iterator[RawSample], Iterator | None]:
+        """This worker's undecoded samples for the epoch, and (resampling only) the endless stream they come from."""
         if self.epoch_length is None:
-            for shard in self.shards_for(worker_id, num_workers):
-                yield from iter_shard_samples(shard, self.opener)
-            return
+            shards = self.shards_for(worker_id, num_workers)
+            return (sample for shard in shards for sample in self._shard_samples(shard)), None
         # Resampling: draw shards with replacement until this worker's share is delivered.
         share = self.epoch_length // num_workers + (worker_id < self.epoch_length % num_workers)
         rng = random.Random(f"shards-{self.seed}-{self.epoch}-{self.rank}-{worker_id}")
-        drawn = (rng.choice(self.shards) for _ in itertools.count())
-        samples = (s for shard in drawn for s in iter_shard_samples(shard, self.opener))
-        yield from itertools.islice(samples, share)
+        endless = self._resampled(rng)
+        return itertools.islice(endless, share), endless
+
+    def _decoded(self, sample: RawSample):
+        """The item for one sample, or None when it was skipped."""
+        try:
+            image = self.transform(sample.image_bytes, sample.source)
+        except CorruptImageError as exc:
+            if not self.skipping:
+                raise
+            self._skip(sample.source, "corrupt image", exc)
+            return None
+        return (image, sample.label, sample.key) if self.return_key else (image, sample.label)
 
     def __iter__(self):
         info = get_worker_info()
         worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         self.check_split(num_workers)
         rng = random.Random(f"buffer-{self.seed}-{self.epoch}-{self.rank}-{worker_id}")
-        raw = self._raw_samples(worker_id, num_workers)
+        raw, spare = self._raw_samples(worker_id, num_workers)
         for sample in shuffle_buffer(raw, self.shuffle_buffer, rng):
-            image = self.transform(sample.image_bytes, sample.source)
-            yield (image, sample.label, sample.key) if self.return_key else (image, sample.label)
+            item = self._decoded(sample)
+            while item is None and spare is not None:  # resampling: draw a replacement, keep the length
+                item = self._decoded(next(spare))
+            if item is not None:
+                yield item
 
     def __repr__(self) -> str:
         return (

@@ -21,6 +21,10 @@ open file cannot be pickled (``TypeError``). Chapter 3 shows both failures with
 * ``__getstate__`` leaves the handle out when the dataset is pickled (spawn, forkserver);
 * :meth:`ZipDataset.close` closes this process's handle, and a finalizer closes it when
   the dataset is garbage-collected or the process exits.
+
+A damaged member (bad CRC-32, damaged header, bad compressed data) or one that does not
+decode raises an error naming the member and the archive; with ``on_bad_sample="skip"``
+it is skipped and counted instead (see :mod:`packlab.loaders.skipping`).
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ import zlib
 from collections.abc import Callable, Sequence
 from multiprocessing import util as mp_util
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from packlab.data import DatasetError
+from packlab.loaders.skipping import BadSampleHandling
 from packlab.pack import ZIP_LABELS_MEMBER
-from packlab.transforms import pixels_to_tensor, standard_transform
+from packlab.storage import open_local
+from packlab.transforms import CorruptImageError, pixels_to_tensor, standard_transform
 
 #: How each member kind becomes the standard 3x256x256 float tensor, by file extension.
 MEMBER_DECODERS: dict[str, Callable[[bytes, str], torch.Tensor]] = {
@@ -48,16 +55,34 @@ MEMBER_DECODERS: dict[str, Callable[[bytes, str], torch.Tensor]] = {
 }
 
 
-def open_archive(path: Path) -> zipfile.ZipFile:
-    """Open ``path`` for reading, with errors that name the archive and say what to do."""
+class _ZipFileOwningItsFile(zipfile.ZipFile):
+    """A :class:`zipfile.ZipFile` over an already open file, which it closes with itself.
+
+    (Given a file object rather than a path, ``ZipFile.close`` leaves the file open.)
+    """
+
+    def close(self) -> None:
+        fileobj = self.fp
+        try:
+            super().close()
+        finally:
+            if fileobj is not None:
+                fileobj.close()
+
+
+def open_archive(path: Path, opener: Callable[[str], BinaryIO] = open_local) -> zipfile.ZipFile:
+    """Open ``path`` for reading through ``opener``, with errors that name the archive and say what to do."""
     try:
-        return zipfile.ZipFile(path)
+        fileobj = opener(str(path))
     except FileNotFoundError:
         raise FileNotFoundError(
             f"zip archive {path} does not exist. Write it with packlab.pack.ensure_zip() "
             "(or packlab.pack.write_zip()), or check the path."
         ) from None
+    try:
+        return _ZipFileOwningItsFile(fileobj)
     except zipfile.BadZipFile as exc:
+        fileobj.close()
         raise zipfile.BadZipFile(
             f"{path} is not a readable zip archive ({exc}). It may be truncated or not a zip at all; "
             "rewrite it with packlab.pack.write_zip()."
@@ -139,7 +164,7 @@ class _ZipIndex(Dataset):
         return image, self.labels[index]
 
 
-class ZipDataset(_ZipIndex):
+class ZipDataset(_ZipIndex, BadSampleHandling):
     """Map-style dataset over a zip written by :func:`packlab.pack.write_zip`; safe with workers.
 
     ``dataset[i]`` is ``(image, label)`` for the i-th key in sorted order (or of ``keys``,
@@ -150,6 +175,16 @@ class ZipDataset(_ZipIndex):
 
     Works with ``num_workers=0`` and with workers under ``fork``, ``spawn`` and
     ``forkserver``: see the module docstring for how.
+
+    ``on_bad_sample="skip"`` skips a member that cannot be read or decoded, with a
+    :class:`~packlab.loaders.skipping.BadSampleWarning`, and counts it in ``skipped``
+    (summed over DataLoader workers). ``dataset[i]`` then returns a
+    :class:`~packlab.loaders.skipping.SkippedSample` marker for it, so the DataLoader needs
+    ``collate_fn=packlab.loaders.skipping.collate_skipping_bad``. An archive that is
+    missing, not a zip, or without ``labels.csv`` raises in either mode.
+
+    ``opener(path)`` opens the archive file (default: the local filesystem); pass
+    :meth:`packlab.storage.NetworkFSModel.open` to read as if over a network filesystem.
     """
 
     def __init__(
@@ -159,10 +194,14 @@ class ZipDataset(_ZipIndex):
         keys: Sequence[str] | None = None,
         transform: Callable | None = None,
         return_key: bool = False,
+        on_bad_sample: str = "raise",
+        opener: Callable[[str], BinaryIO] = open_local,
     ):
+        self._set_bad_sample_mode(on_bad_sample)
         self.path = Path(path)
+        self.opener = opener
         # The index is read here, in the parent, and the archive closed again at once.
-        with open_archive(self.path) as archive:
+        with open_archive(self.path, opener) as archive:
             self._set_index(archive, keys, transform, return_key)
         self._archive: zipfile.ZipFile | None = None
         self._archive_pid: int | None = None  # the process that opened self._archive
@@ -179,7 +218,7 @@ class ZipDataset(_ZipIndex):
         """
         pid = os.getpid()
         if self._archive is None or self._archive_pid != pid:
-            archive = open_archive(self.path)
+            archive = open_archive(self.path, self.opener)
             self._archive, self._archive_pid = archive, pid
             # atexit handlers do not run in multiprocessing children (they end with
             # os._exit); multiprocessing's own exit finalizers do, in workers and in the
@@ -208,16 +247,26 @@ class ZipDataset(_ZipIndex):
 
     # -- reading ------------------------------------------------------------------
 
-    def __getitem__(self, index: int):
-        name = self.members[index]
+    def read_member(self, name: str) -> bytes:
+        """One member's bytes through this process's handle; a damaged member is named with the archive."""
         try:
-            payload = self.open().read(name)
+            return self.open().read(name)
         except (zipfile.BadZipFile, zlib.error) as exc:
             raise zipfile.BadZipFile(
                 f"cannot read member {name!r} of {self.path}: {exc}. Test the archive with "
                 f"`python -m zipfile -t {self.path}`; if it is damaged, rewrite it with packlab.pack.write_zip()."
             ) from exc
-        return self._sample(index, payload)
+
+    def __getitem__(self, index: int):
+        name = self.members[index]
+        self.open()  # an archive that cannot be opened at all is not a bad sample: raise in both modes
+        try:
+            return self._sample(index, self.read_member(name))
+        except (zipfile.BadZipFile, CorruptImageError) as exc:
+            if not self.skipping:
+                raise
+            reason = "unreadable member" if isinstance(exc, zipfile.BadZipFile) else "corrupt image"
+            return self._skip(f"{self.path}:{name}", reason, exc)
 
 
 def open_archive_in_worker(worker_id: int) -> None:

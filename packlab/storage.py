@@ -1,0 +1,220 @@
+"""Make slow storage visible on a laptop: cold reads, and a network-filesystem latency model.
+
+On a local SSD with the files in the page cache (the usual state on a workstation after
+the first epoch), one open and one read per image cost microseconds, and packing many
+small files into a few big ones seems to make no difference. Training data rarely lives
+there. Two tools to see what changes when storage is slow:
+
+**Cold reads.** :func:`drop_from_page_cache` asks the kernel to forget the cached pages of
+given files (``posix_fadvise(POSIX_FADV_DONTNEED)``; Linux, no root needed for files you
+can open). The next read comes from the disk. What that costs depends entirely on the
+disk: an NVMe SSD serves small random reads fast, a spinning disk or a cloud volume does
+not. Pages that another process keeps mapped, or that are dirty, stay cached.
+
+**A latency model of a shared network filesystem.** :class:`NetworkFSModel` wraps every
+file a loader opens so that, in this process, each ``open`` and each read *request*
+waits as it would over a network (``time.sleep``, so no CPU is used and several
+DataLoader workers wait in parallel, as real clients do). It is a model, not a
+measurement; its parameters are stated, and you can set your own (see
+:func:`probe_open_latency` to measure a real filesystem):
+
+* ``open_s`` (default 2 ms) per ``open()``: looking up a path and opening the file takes
+  round trips to the metadata server (NFS LOOKUP/OPEN/GETATTR, a Lustre or GPFS metadata
+  request). A round trip in a data centre is a fraction of a millisecond; a metadata
+  server shared by a cluster's jobs queues requests, and milliseconds per open are common.
+* ``request_s`` (default 0.5 ms) per read request: one round trip to a data server.
+* ``bandwidth`` (default 500 MB/s) for the bytes of each request: a share of a
+  10 Gbit/s link.
+* requests of at least ``min_request`` (64 KiB) and at most ``max_request`` (1 MiB): a
+  client reads ahead, so many small reads of a file become one request; the read-ahead
+  window doubles while reading is sequential and starts small again after a jump.
+
+The model treats every loader the same way, because every loader reads through the
+``opener`` it is given; only the pattern differs. A folder of JPEGs costs one open and
+one request per image; a tar shard one open per shard and one request per MiB.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+def open_local(path: str | Path) -> BinaryIO:
+    """The loaders' default ``opener``: the file itself, from the local filesystem, for reading."""
+    return open(path, "rb")
+
+
+# ----------------------------------------------------------------- cold reads
+
+
+def page_cache_control_available() -> bool:
+    """Whether this OS lets :func:`drop_from_page_cache` work (``posix_fadvise``: Linux and some BSDs)."""
+    return hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
+
+
+def drop_from_page_cache(files: Iterable[Path | str]) -> int:
+    """Ask the kernel to drop the cached pages of ``files``; return their total size in bytes.
+
+    Raises :class:`OSError` naming the platform when it has no ``posix_fadvise``.
+    """
+    if not page_cache_control_available():
+        raise OSError(
+            "posix_fadvise is not available on this platform, so cached file pages cannot be dropped "
+            "without root; cold-read measurements need Linux (or a reboot between runs)."
+        )
+    total = 0
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    return total
+
+
+# ----------------------------------------------------------- network filesystem model
+
+
+@dataclass(frozen=True)
+class NetworkFSModel:
+    """Per-open and per-request delays of a shared network filesystem (see the module docstring).
+
+    ``model.open(path)`` is an ``opener``: it returns a readable, seekable binary file
+    whose ``open`` and read requests wait as the model says. Pass it to a loader's
+    ``opener=`` argument.
+    """
+
+    open_s: float = 0.002
+    request_s: float = 0.0005
+    bandwidth: float = 500e6  # bytes per second
+    min_request: int = 64 * 1024
+    max_request: int = 1024 * 1024
+
+    def request_seconds(self, nbytes: int) -> float:
+        """Modelled wait for reading ``nbytes`` in one call: round trips plus transfer time."""
+        requests = max(1, -(-nbytes // self.max_request))
+        return requests * self.request_s + nbytes / self.bandwidth
+
+    def open(self, path: str | Path) -> BinaryIO:
+        """Open ``path`` for reading, paying the modelled open latency now and the request latency per read."""
+        time.sleep(self.open_s)
+        return _DelayedFile(open(path, "rb", buffering=0), self)
+
+    __call__ = open
+
+    def describe(self) -> str:
+        return (
+            f"{self.open_s * 1e3:g} ms per open, {self.request_s * 1e3:g} ms per read request "
+            f"({self.min_request // 1024}-{self.max_request // 1024} KiB), {self.bandwidth / 1e6:g} MB/s"
+        )
+
+    def predict_seconds(self, files: int, requests: int, nbytes: int) -> float:
+        """Modelled I/O wait for ``files`` opens, ``requests`` read requests and ``nbytes`` bytes (one reader)."""
+        return files * self.open_s + requests * self.request_s + nbytes / self.bandwidth
+
+
+class _DelayedFile(io.RawIOBase):
+    """A read-only file whose reads from "the server" sleep as :class:`NetworkFSModel` says.
+
+    It models a client's read-ahead: a read outside the bytes fetched last triggers a
+    request for at least ``min_request`` bytes; while reading continues sequentially the
+    request size doubles, up to ``max_request`` (Linux grows its read-ahead window the
+    same way). Reads inside the fetched window, seeks and tells are free.
+    """
+
+    def __init__(self, raw: io.FileIO, model: NetworkFSModel):
+        super().__init__()
+        self._raw = raw
+        self._model = model
+        self.name = raw.name
+        self._window = b""
+        self._window_start = 0
+        self._position = 0
+        self._request = model.min_request
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def _fetch(self, wanted: int) -> bool:
+        """One request at the current position; False at the end of the file."""
+        sequential = self._position == self._window_start + len(self._window)
+        self._request = min(2 * self._request, self._model.max_request) if sequential else self._model.min_request
+        self._raw.seek(self._position)
+        data = self._raw.read(max(self._request, wanted))
+        if not data:
+            return False
+        time.sleep(self._model.request_seconds(len(data)))
+        self._window, self._window_start = data, self._position
+        return True
+
+    def readinto(self, buffer) -> int:
+        wanted, got = len(buffer), 0
+        while got < wanted:
+            offset = self._position - self._window_start
+            if 0 <= offset < len(self._window):
+                chunk = self._window[offset : offset + wanted - got]
+                buffer[got : got + len(chunk)] = chunk
+                got += len(chunk)
+                self._position += len(chunk)
+            elif not self._fetch(wanted - got):
+                break
+        return got
+
+    def readall(self) -> bytes:
+        # The rest of the file in one go (split into max_request requests by request_seconds).
+        rest = os.fstat(self._raw.fileno()).st_size - self._position
+        return self.read(max(rest, 0))
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            self._position = offset
+        elif whence == io.SEEK_CUR:
+            self._position += offset
+        else:
+            self._position = os.fstat(self._raw.fileno()).st_size + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def probe_open_latency(files: Iterable[Path | str], cold: bool = True) -> dict[str, float]:
+    """Measure what one open + read + close of each of ``files`` costs on *your* storage.
+
+    Run it on a folder on the filesystem you train from (cluster scratch, a network
+    home) to choose :class:`NetworkFSModel` parameters. With ``cold`` (Linux) the files'
+    pages are dropped from the page cache first. Returns median and 90th-percentile
+    seconds per file and the mean file size.
+    """
+    files = [Path(f) for f in files]
+    if not files:
+        raise ValueError("no files to probe")
+    if cold and page_cache_control_available():
+        drop_from_page_cache(files)
+    seconds, sizes = [], []
+    for path in files:
+        start = time.perf_counter()
+        with open(path, "rb") as f:
+            sizes.append(len(f.read()))
+        seconds.append(time.perf_counter() - start)
+    return {
+        "files": len(files),
+        "median_s": float(np.median(seconds)),
+        "p90_s": float(np.percentile(seconds, 90)),
+        "mean_bytes": float(np.mean(sizes)),
+    }
