@@ -507,7 +507,8 @@ def run_benchmark(
         if row["loader"] != "tar, per-sample float":
             series.setdefault(row["loader"], {})[row["workers"]] = row["images_per_s"]
     figure = plots.plot_throughput_vs_workers(
-        series, ceiling=ceiling * cores, title=f"Full epoch of {len(manifest):,} images, {cores} cores"
+        series, ceiling=ceiling * cores, title=f"Full epoch of {len(manifest):,} images, {cores} cores",
+        ceiling_label=f"decode ceiling x {cores} cores",
     )
     figure.savefig(out_dir / "bench.png", dpi=120)
     log("")

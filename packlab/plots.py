@@ -64,18 +64,20 @@ def plot_throughput_vs_workers(
     ceiling: float | None = None,
     ax=None,
     title: str | None = None,
+    ceiling_label: str = "ceiling",
 ):
     """Images/s against ``num_workers``, one line per loader.
 
     ``series`` maps a loader name to ``{num_workers: images_per_s}``. ``ceiling``, if
-    given, draws a horizontal reference line (e.g. decode throughput on all cores).
+    given, draws a horizontal reference line (e.g. decode throughput on all cores),
+    labelled ``ceiling_label``.
     """
     fig, ax = _fig_ax(ax, figsize=(6.5, 4))
     for name, points in series.items():
         workers = sorted(points)
         ax.plot(workers, [points[w] for w in workers], marker="o", label=name)
     if ceiling is not None:
-        ax.axhline(ceiling, color="grey", linestyle="--", label="ceiling")
+        ax.axhline(ceiling, color="grey", linestyle="--", label=ceiling_label)
     ax.set_xlabel("num_workers (DataLoader worker processes)")
     ax.set_ylabel("throughput (images/s)")
     ax.set_ylim(bottom=0)
