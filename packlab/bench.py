@@ -342,9 +342,10 @@ def small_file_penalty(
     disk reads, Linux only) and *modelled* (:class:`packlab.storage.NetworkFSModel`, the
     same delays applied to every loader through its ``opener``). Decoding is left out on
     purpose (the transform only counts bytes): this measures the storage pattern, which
-    decode time would otherwise hide on a machine with few cores. The folder reads its
-    first ``folder_files`` files under the model (it is slow there; the rate is what
-    counts). Returns measured rates, the model's parameters and its prediction.
+    decode time would otherwise hide on a machine with few cores. The folder and the zip
+    are read in shuffled order, as a training epoch reads them; the shards in order. The
+    folder reads only its first ``folder_files`` files under the model (it is slow there;
+    the rate is what counts). Returns measured rates, the model's parameters and its prediction.
     """
     from torch.utils.data import DataLoader
 
@@ -360,8 +361,11 @@ def small_file_penalty(
     zip_path = pack.ensure_zip(root=root, progress=False)
 
     def rate(dataset, batch_size=64) -> float:
-        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers,
-                            multiprocessing_context="fork" if workers else None)
+        # Map-style datasets are read in shuffled order, as in training; tar shards in order, as designed.
+        shuffle = not isinstance(dataset, torch.utils.data.IterableDataset)
+        generator = torch.Generator().manual_seed(0)
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
+                            num_workers=workers, multiprocessing_context="fork" if workers else None)
         return time_loader(loader, epochs=1).images_per_s
 
     def folder(keys, opener=None):
@@ -396,13 +400,16 @@ def small_file_penalty(
     out["modelled_files_per_s"] = modelled
     out["tar_vs_folder_modelled"] = modelled["tar"] / modelled["folder"]
     # The model's arithmetic, per reader: a file costs one open and one request; a shard one
-    # open and one request per max_request bytes.
+    # open and one request per max_request bytes (the waiting only: the CPU's share comes on top).
     mean_bytes = sum(s.bytes for s in manifest) / len(manifest)
     shard_bytes = sum(os.path.getsize(p) for p in shards)
     per_file_s = model.predict_seconds(1, 1, mean_bytes)
     tar_s = model.predict_seconds(len(shards), -(-shard_bytes // model.max_request), shard_bytes)
+    # A zip read in shuffled order: no open per member, but a jump, so one fresh read-ahead request each.
+    per_member_s = model.predict_seconds(0, 1, max(model.min_request, mean_bytes))
     out["predicted_files_per_s"] = {
         "folder": workers_or_one(workers) / per_file_s,
+        "zip": workers_or_one(workers) / per_member_s,
         "tar": workers_or_one(workers) * len(manifest) / tar_s,
     }
     return out
