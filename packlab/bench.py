@@ -399,18 +399,9 @@ def small_file_penalty(
     }
     out["modelled_files_per_s"] = modelled
     out["tar_vs_folder_modelled"] = modelled["tar"] / modelled["folder"]
-    # The model's arithmetic, per reader: a file costs one open and one request; a shard one
-    # open and one request per max_request bytes (the waiting only: the CPU's share comes on top).
-    mean_bytes = sum(s.bytes for s in manifest) / len(manifest)
-    shard_bytes = sum(os.path.getsize(p) for p in shards)
-    per_file_s = model.predict_seconds(1, 1, mean_bytes)
-    tar_s = model.predict_seconds(len(shards), -(-shard_bytes // model.max_request), shard_bytes)
-    # A zip read in shuffled order: no open per member, but a jump, so one fresh read-ahead request each.
-    per_member_s = model.predict_seconds(0, 1, max(model.min_request, mean_bytes))
+    prediction = storage.predict_reading(model, [s.bytes for s in manifest], [os.path.getsize(p) for p in shards])
     out["predicted_files_per_s"] = {
-        "folder": workers_or_one(workers) / per_file_s,
-        "zip": workers_or_one(workers) / per_member_s,
-        "tar": workers_or_one(workers) * len(manifest) / tar_s,
+        layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
     }
     return out
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import io
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -119,6 +119,34 @@ class NetworkFSModel:
     def predict_seconds(self, files: int, requests: int, nbytes: int) -> float:
         """Modelled I/O wait for ``files`` opens, ``requests`` read requests and ``nbytes`` bytes (one reader)."""
         return files * self.open_s + requests * self.request_s + nbytes / self.bandwidth
+
+
+def predict_reading(model: NetworkFSModel, file_sizes: Sequence[int], shard_sizes: Sequence[int]) -> dict:
+    """The model's arithmetic for *one* reader, counting only the waiting (the CPU's share comes on top).
+
+    ``file_sizes`` are the bytes of each sample file, ``shard_sizes`` those of each tar shard
+    holding the same samples. A folder pays one open and one request per file; a zip read in
+    shuffled order no open, but one fresh read-ahead request per member (each read is a jump);
+    tar shards one open per shard and one request per ``max_request`` bytes.
+    """
+    images = len(file_sizes)
+    mean_bytes = sum(file_sizes) / images
+    tar_requests = sum(-(-size // model.max_request) for size in shard_sizes)
+    tar_bytes = sum(shard_sizes)
+    per_file_s = model.predict_seconds(1, 1, mean_bytes)
+    per_member_s = model.predict_seconds(0, 1, max(model.min_request, mean_bytes))
+    all_shards_s = model.predict_seconds(len(shard_sizes), tar_requests, tar_bytes)
+    return {
+        "images": images,
+        "mean_file_bytes": mean_bytes,
+        "shards": len(shard_sizes),
+        "tar_requests": tar_requests,
+        "tar_bytes": tar_bytes,
+        "folder_s_per_file": per_file_s,
+        "zip_s_per_member": per_member_s,
+        "tar_s_all_shards": all_shards_s,
+        "files_per_s": {"folder": 1 / per_file_s, "zip": 1 / per_member_s, "tar": images / all_shards_s},
+    }
 
 
 class _DelayedFile(io.RawIOBase):

@@ -53,16 +53,18 @@ def decode_and_resize(data: bytes, source: str = "<bytes>") -> np.ndarray:
     return np.asarray(image)
 
 
-def to_tensor(pixels: np.ndarray) -> torch.Tensor:
-    """uint8 HxWxC array to a contiguous float32 CxHxW tensor in [0, 1].
+def to_tensor(pixels: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+    """uint8 HxWxC array to a contiguous float32 CxHxW tensor in [0, 1], written into ``out`` if given.
 
     The division reads the uint8 pixels channels-first and writes the float tensor in
     one pass. The result is contiguous, so stacking a batch is a plain copy; a merely
     permuted view (``permute(2, 0, 1).float()``) keeps the pixel-interleaved layout and
-    makes every later copy a slow strided one.
+    makes every later copy a slow strided one. With ``out`` (e.g. one image's slot in a
+    batch) nothing else is allocated.
     """
     height, width, channels = pixels.shape
-    out = torch.empty((channels, height, width), dtype=torch.float32)
+    if out is None:
+        out = torch.empty((channels, height, width), dtype=torch.float32)
     with warnings.catch_warnings():
         # Arrays over PIL images or bytes are read-only; we only read them, never write.
         warnings.simplefilter("ignore", UserWarning)

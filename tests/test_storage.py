@@ -73,3 +73,13 @@ def test_probe_reports_per_file_latency(root):
     assert probe["files"] == 20 and 0 < probe["median_s"] <= probe["p90_s"]
     with pytest.raises(ValueError):
         storage.probe_open_latency([])
+
+
+def test_the_prediction_counts_opens_requests_and_bytes_per_layout():
+    model = storage.NetworkFSModel(open_s=0.002, request_s=0.001, bandwidth=1e6, min_request=1000, max_request=4000)
+    predicted = storage.predict_reading(model, file_sizes=[500] * 10, shard_sizes=[5000, 2000])
+    assert predicted["tar_requests"] == 2 + 1  # ceil(5000/4000) + ceil(2000/4000)
+    assert predicted["folder_s_per_file"] == pytest.approx(0.002 + 0.001 + 500 / 1e6)
+    assert predicted["zip_s_per_member"] == pytest.approx(0.001 + 1000 / 1e6)  # at least one read-ahead block
+    assert predicted["tar_s_all_shards"] == pytest.approx(2 * 0.002 + 3 * 0.001 + 7000 / 1e6)
+    assert predicted["files_per_s"]["tar"] == pytest.approx(10 / predicted["tar_s_all_shards"])

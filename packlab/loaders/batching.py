@@ -25,12 +25,13 @@ tests check it.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from packlab.transforms import to_tensor
 
 
 
@@ -55,13 +56,9 @@ def images_to_float_batch(images: Sequence[np.ndarray]) -> torch.Tensor:
         raise TypeError(f"expected uint8 height x width x channels images, got {first.dtype} {first.shape}")
     height, width, channels = first.shape
     out = empty_float_batch((len(images), channels, height, width))
-    with warnings.catch_warnings():
-        # Arrays over PIL images or bytes are read-only; they are only read here.
-        warnings.simplefilter("ignore", UserWarning)
-        for i, image in enumerate(images):
-            # Read the uint8 pixels channels-first, divide as float32, write into the batch: one pass,
-            # no per-image float tensor and no stacking copy.
-            torch.div(torch.from_numpy(np.asarray(image)).permute(2, 0, 1), 255, out=out[i])
+    for i, image in enumerate(images):
+        # Straight into the image's slot in the batch: no per-image float tensor, no stacking copy.
+        to_tensor(np.asarray(image), out=out[i])
     return out
 
 
