@@ -11,7 +11,7 @@ import yaml
 from packlab import paths
 
 # conda-forge names that differ from the PyPI names
-CONDA_TO_PYPI = {"pytorch": "torch"}
+CONDA_TO_PYPI = {"pytorch": "torch", "python-lmdb": "lmdb"}
 
 
 def _pyproject_pins() -> dict[str, str]:
@@ -29,7 +29,15 @@ def _environment_pins() -> dict[str, str]:
     assert env["channels"] == ["conda-forge"]
     pins = {}
     for dep in env["dependencies"]:
-        if not isinstance(dep, str) or dep in ("pip",) or dep.startswith("python="):
+        if isinstance(dep, dict):  # the pip section: packages conda-forge does not carry at our pins
+            for requirement in dep.get("pip", []):
+                if requirement.startswith("-e"):
+                    continue
+                name, sep, pinned = requirement.partition("==")
+                assert sep and pinned, f"environment.yml pip section: {requirement!r} is not pinned as name==version"
+                pins[name.lower()] = pinned
+            continue
+        if dep in ("pip",) or dep.startswith("python="):
             continue
         name, _, pinned = dep.partition("=")
         assert pinned and not pinned.startswith("="), f"environment.yml: {dep!r} is not pinned as name=version"
