@@ -1,12 +1,47 @@
 """A small Sphinx extension for the course's book build (enabled in ``_config.yml``).
 
-Jupyter Book 1.0.4 with sphinx-thebe 0.3.1 registers sphinx-thebe's inline configuration
-script twice, so every page declares ``const THEBE_JS_URL`` twice and the browser reports
-"Identifier 'THEBE_JS_URL' has already been declared". This extension removes exact
-duplicates from each page's script list; it changes nothing else.
+Two things:
+
+* **``{eval}`` from cached notebooks.** The chapters cite measured numbers with MyST's
+  ``{eval}`name``` role (see :mod:`packlab.prose`). myst-nb evaluates that role by asking
+  a live kernel, which exists only when the book executes notebooks inline; the book is
+  built from the execution cache instead (``make test`` fills it, so every notebook runs
+  once). This extension's ``eval`` role first looks the name up among the values the
+  notebook glued (:func:`packlab.prose.figures` glues every name it binds), and only
+  then asks a kernel, if there is one. A name found in neither is a warning, which fails
+  the build (``-W``): a sentence never silently loses its number.
+* **Duplicate scripts.** Jupyter Book 1.0.4 with sphinx-thebe 0.3.1 registers
+  sphinx-thebe's inline configuration script twice, so every page declares ``const
+  THEBE_JS_URL`` twice and the browser reports "Identifier 'THEBE_JS_URL' has already
+  been declared". Exact duplicates are removed from each page's script list.
 """
 
 from __future__ import annotations
+
+import re
+
+from myst_nb.core.variables import RetrievalError, render_variable_outputs
+from myst_nb.ext.eval import EvalRoleAny, eval_warning
+from myst_nb.ext.glue.utils import retrieve_glue_data
+
+from packlab.prose import NAME_PATTERN
+
+
+class EvalFromGlueOrKernel(EvalRoleAny):
+    """``{eval}`name```: the value glued under ``name`` in this notebook, else the live kernel's."""
+
+    def run(self):
+        name = self.text.strip()
+        if not re.fullmatch(NAME_PATTERN, name):
+            return [], [eval_warning(
+                f"{{eval}}`{name}`: the book can only show plain names; compute and format the value in a cell "
+                "and pass it to packlab.prose.figures(name=...)", self.document, self.line)]
+        try:
+            output = retrieve_glue_data(self.document, name)
+        except RetrievalError:
+            return super().run()  # inline execution: a live kernel answers; otherwise a warning naming it
+        output.metadata["strip_text_quotes"] = True  # a string shows as its text, as JupyterLab shows it
+        return render_variable_outputs([output], self.document, self.line, self.source, inline=True), []
 
 
 def _script_identity(script) -> tuple:
@@ -34,5 +69,7 @@ def drop_duplicate_scripts(app, pagename, templatename, context, doctree) -> Non
 
 
 def setup(app):
+    # Loaded after myst_nb (an extra extension), so this replaces its kernel-only role.
+    app.add_role("eval", EvalFromGlueOrKernel(), override=True)
     app.connect("html-page-context", drop_duplicate_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

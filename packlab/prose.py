@@ -1,0 +1,63 @@
+"""Measured numbers in the chapters' prose, readable in JupyterLab and in the built book.
+
+A chapter's sentences cite numbers its cells have just measured: "two workers delivered
+{eval}`ips_fixed` images/s". MyST's ``{eval}`` role names a variable of the notebook, and
+two programs render it:
+
+* **JupyterLab** (with ``jupyterlab-myst``) asks the running kernel for the variable's
+  value when the markdown cell is run, and shows it in place of the role;
+* **the book** is built from the notebooks' *cached* outputs (``execute_notebooks:
+  cache``, shared with ``make test``), where no kernel is left to ask. There the course's
+  Sphinx extension, :mod:`packlab.book`, looks the name up among the values the notebook
+  *glued* (myst-nb's record of a value in a cell's output).
+
+:func:`figures` serves both: for each ``name=value`` it binds ``name`` in the notebook's
+namespace and glues the value under the same name. Format numbers before passing them,
+so both places show the same text::
+
+    figures(ips_fixed=f"{fixed.images_per_s:.0f}", runs_failed=failed)
+
+and in the markdown that follows: ``{eval}`ips_fixed` images/s``. Strings show without
+quotes in both places. Only plain names work in the book (``{eval}`ips_fixed```, not
+``{eval}`round(x)```): every cited number is computed, formatted and named in a cell.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+#: A name that prose may cite with ``{eval}``: a plain Python identifier.
+NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def _notebook_namespace(depth: int = 2) -> dict:
+    """The namespace the prose's ``{eval}`` roles are evaluated in.
+
+    In a notebook that is IPython's user namespace; anywhere else (a script, a test) the
+    globals of the code that called :func:`figures`.
+    """
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is not None:
+        return shell.user_ns
+    return sys._getframe(depth).f_globals
+
+
+def figures(**values: Any) -> None:
+    """Make each value citable in the prose as ``{eval}`name```, in JupyterLab and in the book.
+
+    Binds every name in the notebook's namespace (what JupyterLab's ``{eval}`` reads) and
+    glues its value under the same name (what the book's ``{eval}`` reads; the glue output
+    is invisible in both). Returns nothing, so a cell that ends with it shows nothing.
+    """
+    from myst_nb import glue
+
+    namespace = _notebook_namespace()
+    for name, value in values.items():
+        namespace[name] = value
+        glue(name, value, display=False)

@@ -1,0 +1,84 @@
+"""Every number the prose cites is a name a cell bound with ``figures(...)`` before it.
+
+The chapters' sentences cite measurements with ``{eval}`name``` (see :mod:`packlab.prose`):
+JupyterLab evaluates the name in the kernel, the book finds it among the glued values.
+These tests read the MyST sources and fail when a sentence cites a name that no earlier
+cell passed to ``figures``, when a role the book alone understands (``{glue:...}``)
+comes back, or when a cited name is not a plain identifier (the book cannot show it).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from packlab import paths, prose
+
+ROOT = paths.repo_root()
+NOTEBOOKS = sorted(
+    p for folder in ("chapters", "exercises", "solutions") for p in (ROOT / folder).glob("[0-9]*.md")
+)
+CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.S | re.M)
+EVAL = re.compile(r"\{eval\}`([^`]*)`")
+
+
+def _segments(text: str):
+    """The notebook as ("code", source) and ("markdown", text) pieces, in order."""
+    position = 0
+    for match in CELL.finditer(text):
+        yield "markdown", text[position : match.start()]
+        body = match.group(1)
+        # MyST cell options (":tags: [...]") come first; they are not Python.
+        body = "\n".join(line for line in body.splitlines() if not line.startswith(":"))
+        yield "code", body
+        position = match.end()
+    yield "markdown", text[position:]
+
+
+def _figure_names(source: str) -> set[str]:
+    """Names passed as keywords to ``figures(...)`` in one code cell."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "figures":
+            names.update(k.arg for k in node.keywords if k.arg)
+    return names
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_cited_name_is_bound_before_it_is_cited(notebook):
+    bound: set[str] = set()
+    problems = []
+    for kind, piece in _segments(notebook.read_text()):
+        if kind == "code":
+            bound |= _figure_names(piece)
+            continue
+        for name in EVAL.findall(piece):
+            if not re.fullmatch(prose.NAME_PATTERN, name):
+                problems.append(f"{{eval}}`{name}` is not a plain name: format it in a cell and pass it to figures()")
+            elif name not in bound:
+                problems.append(f"{{eval}}`{name}` is cited before any cell passes {name}= to figures()")
+    assert not problems, f"{notebook.relative_to(ROOT)}: " + "; ".join(problems)
+
+
+def test_no_book_only_roles_in_notebooks():
+    """``{glue:...}`` shows as raw text in JupyterLab: the prose uses ``{eval}`` instead."""
+    pages = NOTEBOOKS + [ROOT / "intro.md", ROOT / "instructor.md", ROOT / "exercises" / "index.md"]
+    offenders = [str(p.relative_to(ROOT)) for p in pages if "{glue" in p.read_text()]
+    assert not offenders, f"these pages use {{glue}} roles, which JupyterLab shows raw: {offenders}"
+
+
+def test_chapters_cite_measured_numbers():
+    """A chapter that measures something says so in its sentences (guards against a rewrite dropping them)."""
+    chapters = sorted((ROOT / "chapters").glob("[0-9]*.md"))
+    without = [p.name for p in chapters[1:] if not EVAL.search(p.read_text())]
+    assert not without, f"these chapters cite no measured number in their prose: {without}"
+
+
+def test_figures_binds_names_where_the_caller_reads_them(monkeypatch):
+    glued = {}
+    monkeypatch.setattr("myst_nb.glue", lambda name, value, display=True: glued.update({name: (value, display)}))
+    prose.figures(cited_rate="452", cited_count=3)
+    assert (cited_rate, cited_count) == ("452", 3)  # noqa: F821 - bound by figures() in this module's globals
+    assert glued == {"cited_rate": ("452", False), "cited_count": (3, False)}
