@@ -297,17 +297,33 @@ def rates(results: dict, access: str, condition: str) -> dict[str, list[float]]:
     return out
 
 
+def size_rows(results: dict) -> list[dict]:
+    """One row per layout: bytes on disk and write time."""
+    jpeg = results["jpeg_bytes"]
+    return [{"layout": name, "MB on disk": f"{entry['allocated'] / 1e6:,.1f}",
+             "× the JPEG bytes": f"{entry['allocated'] / jpeg:.2f}", "write (s)": show(entry["write_s"], 2)}
+            for name, entry in results["layouts"].items()]
+
+
+def read_rows(results: dict) -> list[dict]:
+    """One row per layout and access: samples/s warm, cold and through the network model."""
+    rows = []
+    for access in ACCESSES:
+        for name, entry in results["layouts"].items():
+            if access not in entry["rates"]:
+                continue
+            row = {"layout": name, "access": access}
+            for condition in CONDITIONS:
+                row[f"{condition} (samples/s)"] = show(entry["rates"][access][condition])
+            rows.append(row)
+    return rows
+
+
 def table_rows(results: dict) -> list[dict]:
     """One row per layout: size, write time and every read rate, as ``median (lowest–highest)`` text."""
     rows = []
-    jpeg = results["jpeg_bytes"]
-    for name, entry in results["layouts"].items():
-        row = {
-            "layout": name,
-            "MB on disk": f"{entry['allocated'] / 1e6:,.1f}",
-            "× JPEG bytes": f"{entry['allocated'] / jpeg:.2f}",
-            "write (s)": show(entry["write_s"], 2),
-        }
+    for row in size_rows(results):
+        entry = results["layouts"][row["layout"]]
         for access in ACCESSES:
             for condition in CONDITIONS:
                 row[f"{access}, {condition} (samples/s)"] = show(entry["rates"].get(access, {}).get(condition, []))
@@ -333,7 +349,8 @@ def leaders(values: dict[str, Sequence[float]], highest: bool = True) -> tuple[l
     return tied, [name for name in ranked if name not in tied]
 
 
-def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = "samples/s", highest: bool = True) -> str:
+def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = "samples/s", highest: bool = True,
+                     digits: int = 0) -> str:
     """A sentence that names the best layout(s) for ``what`` and how far behind the others were.
 
     Layouts whose ranges of rounds overlap the best's are named together as showing no clear
@@ -342,12 +359,22 @@ def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = 
     tied, rest = leaders(values, highest)
     best = statistics.median(values[tied[0]])
     head = (f"{what}, {_names(tied)} {'were' if len(tied) > 1 else 'was'} best "
-            f"({', '.join(f'{n} {statistics.median(values[n]):,.0f} {unit}' for n in tied)}"
+            f"({', '.join(f'{n} {statistics.median(values[n]):,.{digits}f} {unit}' for n in tied)}"
             f"{'; no clear difference between them' if len(tied) > 1 else ''})")
     if not rest:
         return head + "."
     factors = [(n, best / statistics.median(values[n]) if highest else statistics.median(values[n]) / best) for n in rest]
-    return head + "; " + ", ".join(f"{n} {f:,.1f}× {'slower' if highest else 'more'}" for n, f in factors) + "."
+    return head + "; " + ", ".join(f"{n} {f:,.1f}× {'slower' if highest else 'longer'}" for n, f in factors) + "."
+
+
+def standing(values: dict[str, Sequence[float]], name: str) -> str:
+    """Where ``name`` stands among ``values`` (higher is better): tied with the best, or how many times slower."""
+    tied, _ = leaders(values)
+    if name in tied:
+        others = [n for n in tied if n != name]
+        return "among the best" + (f" (no clear difference from {_names(others)})" if others else "")
+    best = tied[0]
+    return f"{statistics.median(values[best]) / statistics.median(values[name]):,.1f}× slower than {best}"
 
 
 def _names(names: Sequence[str]) -> str:
@@ -366,30 +393,33 @@ def format_formats(results: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_formats(results: dict, condition: str = "warm", ax=None):
-    """Read rates of every layout, random and sequential, for one condition: median bars, range whiskers."""
+def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
+    """Read rates of every layout, random and sequential, one panel per condition: median bars, whiskers lowest to highest."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 3.6))
-    else:
-        fig = ax.figure
     names = list(results["layouts"])
+    fig, axes = plt.subplots(len(conditions), 1, figsize=(9, 2.6 * len(conditions)), sharex=True, squeeze=False)
     width = 0.38
-    for i, access in enumerate(ACCESSES):
-        values = rates(results, access, condition)
-        xs = [j + (i - 0.5) * width for j, name in enumerate(names) if name in values]
-        med = [statistics.median(values[n]) for n in names if n in values]
-        low = [m - min(values[n]) for m, n in zip(med, [n for n in names if n in values])]
-        high = [max(values[n]) - m for m, n in zip(med, [n for n in names if n in values])]
-        ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_yscale("log")
-    ax.set_ylabel("samples/s, one reader, no decode (log)")
-    ax.set_xlabel("layout")
-    ax.set_title(f"{condition}: median of {results['runs']} rounds, whiskers lowest to highest, "
-                 f"{results['samples']:,} samples")
-    ax.legend()
+    for ax, condition in zip(axes[:, 0], conditions):
+        for i, access in enumerate(ACCESSES):
+            values = rates(results, access, condition)
+            shown = [n for n in names if n in values]
+            med = np.array([statistics.median(values[n]) for n in shown])
+            low = med - np.array([min(values[n]) for n in shown])
+            high = np.array([max(values[n]) for n in shown]) - med
+            xs = [names.index(n) + (i - 0.5) * width for n in shown]
+            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=f"C{i}")
+        missing = [n for n in names if not any(n in rates(results, a, condition) for a in ACCESSES)]
+        for n in missing:  # e.g. LMDB under the network model: its memory map cannot be given an opener
+            ax.text(names.index(n), 0.05, "n/a", ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (log)")
+        ax.set_title(f"{condition}", fontsize=10)
+        ax.legend(fontsize=8, loc="upper right")
+    axes[-1, 0].set_xticks(range(len(names)), names)
+    axes[-1, 0].set_xlabel("layout")
+    fig.suptitle(f"Reading {results['samples']:,} samples, one process, no decode: median of {results['runs']} "
+                 "rounds, whiskers lowest to highest", fontsize=10)
     fig.tight_layout()
     return fig

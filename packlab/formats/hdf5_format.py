@@ -6,7 +6,7 @@
 chunking and no compression. JPEG bytes do not compress further, and for variable-length
 data a filter would not reach them anyway: the dataset itself holds only references into
 the file's *global heap*, where the bytes live, and filters apply to the dataset's chunks,
-not to the heap (chapter 9 shows the file size with and without ``gzip``). Reading element
+not to the heap (chapter 9 shows it with ``gzip`` on arrays of zeros). Reading element
 ``i`` reads its reference, then its bytes from the heap.
 
 **The default driver reads with ``pread``.** h5py opens a path with HDF5's ``sec2``
@@ -55,19 +55,14 @@ WRITE_BATCH = 256
 
 
 def write_hdf5(dst: Path | str, *, samples: Sequence[data.Sample] | None = None, root: Path | None = None,
-               compression: str | None = None, progress_bar: bool = True) -> Path:
-    """Write samples (default: the whole manifest) into one HDF5 file at ``dst`` (layout: module docstring).
-
-    ``compression="gzip"`` stores ``images`` chunked and filtered; it exists to show that
-    this shrinks nothing (the bytes live in the global heap). The course's files use none.
-    """
+               progress_bar: bool = True) -> Path:
+    """Write samples (default: the whole manifest) into one HDF5 file at ``dst`` (layout: module docstring)."""
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     samples = sorted(samples if samples is not None else data.load_manifest(root), key=lambda s: s.key)
     tmp = partial_path(dst)
-    storage = {"chunks": (min(WRITE_BATCH, len(samples)),), "compression": compression} if compression else {}
     with h5py.File(tmp, "w") as f:
-        images = f.create_dataset("images", (len(samples),), dtype=h5py.vlen_dtype(np.uint8), **storage)
+        images = f.create_dataset("images", (len(samples),), dtype=h5py.vlen_dtype(np.uint8))  # contiguous, unfiltered
         f.create_dataset("labels", data=np.array([s.label for s in samples], dtype=np.int64))
         f.create_dataset("keys", data=np.array([s.key for s in samples], dtype="S"))
         f.attrs["layout"] = "images[i]: JPEG bytes of keys[i]; labels[i]: its class"
