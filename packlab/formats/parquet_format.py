@@ -49,8 +49,8 @@ from packlab.formats.common import (
 )
 from packlab.loaders.tar import RawSample
 
-#: Rows per row group: about 3.4 MB of JPEG here. The unit a map-style read costs and a stream reads.
-ROW_GROUP_SIZE = 100
+#: Rows per row group: about 3.4 MB of our JPEGs. The unit a map-style read costs and a stream reads.
+ROW_GROUP_SIZE = 32
 
 SCHEMA = pa.schema([("key", pa.string()), ("label", pa.int64()), ("image", pa.binary())])
 
