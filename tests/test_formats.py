@@ -123,6 +123,14 @@ def test_writers_leave_no_partial_file_and_ensure_writes_once(ext, small_root, m
     first.unlink()
 
 
+@pytest.mark.parametrize("ext", list(WRITERS))
+def test_a_write_that_fails_part_way_leaves_nothing_behind(ext, small_root, small_manifest, tmp_path):
+    ghost = small_manifest[3]._replace(key="999999")  # no such image
+    with pytest.raises(FileNotFoundError):
+        WRITERS[ext](tmp_path / f"x.{ext}", samples=[*small_manifest[:3], ghost], root=small_root, progress_bar=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_hdf5_filters_do_not_reach_variable_length_bytes(tmp_path):
     """The claim in hdf5_format's docstring: gzip on a variable-length array leaves the heap's bytes as they are."""
     import h5py

@@ -5,10 +5,10 @@ Each format module (:mod:`~packlab.formats.lmdb_format`, :mod:`~packlab.formats.
 particular to its library. The rules they follow are the course's:
 
 * **Write once, atomically.** A writer writes to ``<name>.partial-<pid>`` and renames it
-  into place when complete (:func:`partial_path`), so an interrupted run never leaves a
-  half-written file under the final name. ``ensure_*`` functions write under
+  into place when complete (:func:`written_atomically`), so an interrupted run never
+  leaves a half-written file under the final name. ``ensure_*`` functions write under
   :func:`packlab.paths.packed_dir` once and reuse the file while it is newer than the
-  dataset's manifest.
+  dataset's manifest (:func:`ensure_written`).
 * **One handle per process** (chapter 4). :class:`PerProcessHandle` opens a handle on first
   use in each process, keyed by ``os.getpid()``, never uses one inherited through
   ``fork``, leaves it out of the pickle sent to ``spawn``/``forkserver`` workers and
@@ -27,9 +27,10 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from multiprocessing import util as mp_util
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
@@ -63,6 +64,25 @@ def partial_path(target: Path) -> Path:
     return target.with_name(f"{target.name}.partial-{os.getpid()}")
 
 
+@contextmanager
+def written_atomically(dst: Path | str, samples: Sequence[data.Sample] | None, root: Path | None):
+    """Prepare a write of ``samples`` (default: the manifest; sorted by key) to ``dst``; yield ``(temporary path, samples)``.
+
+    The writer writes the temporary path. When the block ends normally it is renamed to
+    ``dst``; when it raises, the temporary file is removed and ``dst`` left as it was.
+    """
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    ordered = sorted(samples if samples is not None else data.load_manifest(root), key=lambda s: s.key)
+    tmp = partial_path(dst)
+    try:
+        yield tmp, ordered
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, dst)
+
+
 def progress(iterable: Iterable, total: int, desc: str, enabled: bool):
     """A progress bar over ``iterable`` (tqdm), or the iterable itself when disabled."""
     from tqdm import tqdm
@@ -76,17 +96,41 @@ def jpeg_records(samples: Sequence[data.Sample], root: Path | None) -> Iterator[
         yield sample, data.image_path(sample.key, root).read_bytes()
 
 
-def fresh(target: Path, root: Path | None) -> bool:
-    """True when ``target`` exists and was written after the dataset's manifest (so it holds this dataset)."""
+def ensure_written(suffix: str, write: Callable, root: Path | None, samples, name: str, progress_bar: bool) -> Path:
+    """``<data root>/packed/<name><suffix>``, written by ``write`` unless it is newer than the dataset's manifest."""
     from packlab import paths
 
+    target = paths.packed_dir(root) / f"{name}{suffix}"
     manifest = paths.manifest_path(root)
-    return target.exists() and manifest.exists() and target.stat().st_mtime >= manifest.stat().st_mtime
+    if not (target.exists() and manifest.exists() and target.stat().st_mtime >= manifest.stat().st_mtime):
+        write(target, samples=samples, root=root, progress_bar=progress_bar)
+    return target
 
 
-def missing_file_error(path: Path, kind: str, writer: str) -> FileNotFoundError:
-    """The error for a packed file that does not exist, naming it and the function that writes it."""
-    return FileNotFoundError(f"{kind} file {path} does not exist. Write it with packlab.formats.{writer}(), or check the path.")
+def open_packed(path: Path, opener: Callable[[str], BinaryIO] | None, kind: str, writer: str,
+                open_file: Callable, errors: tuple) -> tuple[BinaryIO | None, Any]:
+    """``(file object or None, opened file)``: ``path`` opened by ``open_file``, through ``opener`` if given.
+
+    With an ``opener``, the library reads through the Python file object it returns (how the
+    slow-storage model reaches it); without, the library opens the path itself. A missing
+    file, or one the library cannot open (``errors``), raises an error naming it.
+    """
+    if not path.exists():
+        ensure = writer.replace("write_", "ensure_")
+        raise FileNotFoundError(
+            f"{kind} file {path} does not exist. Write it with packlab.formats.{ensure}() (or {writer}()), "
+            "or check the path."
+        )
+    fileobj = opener(str(path)) if opener is not None else None
+    try:
+        return fileobj, open_file(fileobj if fileobj is not None else path)
+    except errors as exc:
+        if fileobj is not None:
+            fileobj.close()
+        raise data.DatasetError(
+            f"{path} is not a readable {kind} file ({exc}). It may be truncated or damaged; "
+            f"rewrite it with packlab.formats.{writer}()."
+        ) from None
 
 
 # ------------------------------------------------------------------ per-process handles

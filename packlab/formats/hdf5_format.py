@@ -29,7 +29,6 @@ chapter 9 and the tests.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -37,17 +36,17 @@ from typing import BinaryIO
 import h5py
 import numpy as np
 
-from packlab import data, paths
+from packlab import data
 from packlab.formats.common import (
     DamagedSampleError,
     PackedMapDataset,
     PerProcessHandle,
-    fresh,
+    ensure_written,
     jpeg_records,
-    missing_file_error,
-    partial_path,
+    open_packed,
     progress,
     select_keys,
+    written_atomically,
 )
 
 #: Samples written per assignment: h5py writes a slice of variable-length elements in one call.
@@ -57,11 +56,7 @@ WRITE_BATCH = 256
 def write_hdf5(dst: Path | str, *, samples: Sequence[data.Sample] | None = None, root: Path | None = None,
                progress_bar: bool = True) -> Path:
     """Write samples (default: the whole manifest) into one HDF5 file at ``dst`` (layout: module docstring)."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    samples = sorted(samples if samples is not None else data.load_manifest(root), key=lambda s: s.key)
-    tmp = partial_path(dst)
-    with h5py.File(tmp, "w") as f:
+    with written_atomically(dst, samples, root) as (tmp, samples), h5py.File(tmp, "w") as f:
         images = f.create_dataset("images", (len(samples),), dtype=h5py.vlen_dtype(np.uint8))  # contiguous, unfiltered
         f.create_dataset("labels", data=np.array([s.label for s in samples], dtype=np.int64))
         f.create_dataset("keys", data=np.array([s.key for s in samples], dtype="S"))
@@ -76,35 +71,21 @@ def write_hdf5(dst: Path | str, *, samples: Sequence[data.Sample] | None = None,
                 images[start : start + len(batch)] = column
                 start += len(batch)
                 batch = []
-    os.replace(tmp, dst)
-    return dst
+    return Path(dst)
 
 
 def ensure_hdf5(root: Path | None = None, samples: Sequence[data.Sample] | None = None, name: str = "images",
                 progress_bar: bool = True) -> Path:
     """The course's HDF5 file ``<data root>/packed/<name>.h5``, written once and then reused."""
-    target = paths.packed_dir(root) / f"{name}.h5"
-    if not fresh(target, root):
-        write_hdf5(target, samples=samples, root=root, progress_bar=progress_bar)
-    return target
+    return ensure_written(".h5", write_hdf5, root, samples, name, progress_bar)
 
 
 class Hdf5File:
     """An open HDF5 file of the course's layout (and the file object under it, if one was given)."""
 
     def __init__(self, path: Path, opener: Callable[[str], BinaryIO] | None = None):
-        if not path.exists():
-            raise missing_file_error(path, "HDF5", "ensure_hdf5")
-        self.fileobj = opener(str(path)) if opener is not None else None
-        try:
-            self.file = h5py.File(self.fileobj if self.fileobj is not None else path, "r")
-        except OSError as exc:
-            if self.fileobj is not None:
-                self.fileobj.close()
-            raise data.DatasetError(
-                f"{path} is not a readable HDF5 file ({exc}). It may be truncated or damaged; "
-                "rewrite it with packlab.formats.write_hdf5()."
-            ) from None
+        self.fileobj, self.file = open_packed(path, opener, "HDF5", "write_hdf5", lambda where: h5py.File(where, "r"),
+                                              errors=(OSError,))
         missing = [name for name in ("images", "labels", "keys") if name not in self.file]
         if missing:
             self.close()

@@ -44,17 +44,17 @@ from typing import Any
 
 import lmdb
 
-from packlab import data, paths
+from packlab import data
 from packlab.formats.common import (
     BlockStreamDataset,
     DamagedSampleError,
     PackedMapDataset,
-    fresh,
+    ensure_written,
     jpeg_records,
-    missing_file_error,
-    partial_path,
+    open_packed,
     progress,
     select_keys,
+    written_atomically,
 )
 from packlab.loaders.tar import RawSample
 
@@ -86,32 +86,25 @@ def write_lmdb(dst: Path | str, *, samples: Sequence[data.Sample] | None = None,
     Keys are inserted in sorted order with ``append=True`` (each page is filled in turn,
     none split), all in one write transaction, which commits only when every sample is in.
     """
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    samples = sorted(samples if samples is not None else data.load_manifest(root), key=lambda s: s.key)
-    tmp = partial_path(dst)
-    # The map must be large enough for everything; on Linux the file only grows as pages are written.
-    map_size = 2 * sum(s.bytes for s in samples) + (64 << 20)
-    env = lmdb.open(str(tmp), subdir=False, map_size=map_size, metasync=False, sync=False, lock=False)
-    try:
-        with env.begin(write=True) as txn:
-            for sample, jpeg in progress(jpeg_records(samples, root), len(samples), "lmdb", progress_bar):
-                txn.put(sample.key.encode("ascii"), encode_record(sample.label, jpeg), append=True)
-        env.sync(True)
-    finally:
-        env.close()
-    Path(f"{tmp}-lock").unlink(missing_ok=True)  # written by some LMDB versions even with lock=False
-    os.replace(tmp, dst)
-    return dst
+    with written_atomically(dst, samples, root) as (tmp, samples):
+        # The map must be large enough for everything; on Linux the file only grows as pages are written.
+        map_size = 2 * sum(s.bytes for s in samples) + (64 << 20)
+        env = lmdb.open(str(tmp), subdir=False, map_size=map_size, metasync=False, sync=False, lock=False)
+        try:
+            with env.begin(write=True) as txn:
+                for sample, jpeg in progress(jpeg_records(samples, root), len(samples), "lmdb", progress_bar):
+                    txn.put(sample.key.encode("ascii"), encode_record(sample.label, jpeg), append=True)
+            env.sync(True)
+        finally:
+            env.close()
+            Path(f"{tmp}-lock").unlink(missing_ok=True)  # written by some LMDB versions even with lock=False
+    return Path(dst)
 
 
 def ensure_lmdb(root: Path | None = None, samples: Sequence[data.Sample] | None = None, name: str = "images",
                 progress_bar: bool = True) -> Path:
     """The course's LMDB file ``<data root>/packed/<name>.lmdb``, written once and then reused."""
-    target = paths.packed_dir(root) / f"{name}.lmdb"
-    if not fresh(target, root):
-        write_lmdb(target, samples=samples, root=root, progress_bar=progress_bar)
-    return target
+    return ensure_written(".lmdb", write_lmdb, root, samples, name, progress_bar)
 
 
 # --------------------------------------------------------------- environments per process
@@ -143,15 +136,9 @@ def open_environment(path: Path | str, readahead: bool = True):
     if entry is not None:  # inherited through fork: close this process's copy, or py-lmdb refuses to reopen
         entry[1].close()
         del _ENVIRONMENTS[where]
-    if not path.exists():
-        raise missing_file_error(path, "LMDB", "ensure_lmdb")
-    try:
-        env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=readahead)
-    except lmdb.Error as exc:
-        raise data.DatasetError(
-            f"{path} is not a readable LMDB file ({exc}). It may be damaged or not LMDB at all; "
-            "rewrite it with packlab.formats.write_lmdb()."
-        ) from None
+    _, env = open_packed(path, None, "LMDB", "write_lmdb", errors=(lmdb.Error,),
+                         open_file=lambda where: lmdb.open(str(where), subdir=False, readonly=True, lock=False,
+                                                           readahead=readahead))
     _check_not_truncated(env, path)
     # DataLoader workers end with os._exit, so atexit never runs there; multiprocessing's exit hooks do.
     _ENVIRONMENTS[where] = (pid, env, mp_util.Finalize(None, env.close, exitpriority=10))

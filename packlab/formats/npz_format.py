@@ -18,7 +18,6 @@ header); pickled for ``spawn`` workers it fails with ``TypeError: cannot pickle
 
 from __future__ import annotations
 
-import os
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -27,17 +26,17 @@ from typing import BinaryIO
 
 import numpy as np
 
-from packlab import data, paths
+from packlab import data
 from packlab.formats.common import (
     DamagedSampleError,
     PackedMapDataset,
     PerProcessHandle,
-    fresh,
+    ensure_written,
     jpeg_records,
-    missing_file_error,
-    partial_path,
+    open_packed,
     progress,
     select_keys,
+    written_atomically,
 )
 
 
@@ -49,51 +48,35 @@ def image_member(key: str) -> str:
 def write_npz(dst: Path | str, *, samples: Sequence[data.Sample] | None = None, root: Path | None = None,
               progress_bar: bool = True) -> Path:
     """Write samples (default: the whole manifest) into one ``.npz`` at ``dst`` (layout: module docstring)."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    samples = sorted(samples if samples is not None else data.load_manifest(root), key=lambda s: s.key)
-    tmp = partial_path(dst)
 
     def put(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
         # What numpy.savez does for each array (force_zip64 lets members pass 4 GB).
         with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
             np.lib.format.write_array(member, array, allow_pickle=False)
 
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+    with written_atomically(dst, samples, root) as (tmp, samples), \
+            zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         put(archive, "keys", np.array([s.key for s in samples], dtype="U"))
         put(archive, "labels", np.array([s.label for s in samples], dtype=np.int64))
         for sample, jpeg in progress(jpeg_records(samples, root), len(samples), "npz", progress_bar):
             put(archive, image_member(sample.key), np.frombuffer(jpeg, dtype=np.uint8))
-    os.replace(tmp, dst)
-    return dst
+    return Path(dst)
 
 
 def ensure_npz(root: Path | None = None, samples: Sequence[data.Sample] | None = None, name: str = "images",
                progress_bar: bool = True) -> Path:
     """The course's ``.npz`` ``<data root>/packed/<name>.npz``, written once and then reused."""
-    target = paths.packed_dir(root) / f"{name}.npz"
-    if not fresh(target, root):
-        write_npz(target, samples=samples, root=root, progress_bar=progress_bar)
-    return target
+    return ensure_written(".npz", write_npz, root, samples, name, progress_bar)
 
 
 class NpzHandle:
     """An open ``NpzFile`` (and the file object under it, if one was given)."""
 
     def __init__(self, path: Path, opener: Callable[[str], BinaryIO] | None = None):
-        if not path.exists():
-            raise missing_file_error(path, "npz", "ensure_npz")
         self.path = path
-        self.fileobj = opener(str(path)) if opener is not None else None
-        try:
-            self.file = np.load(self.fileobj if self.fileobj is not None else path, allow_pickle=False)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-            if self.fileobj is not None:
-                self.fileobj.close()
-            raise data.DatasetError(
-                f"{path} is not a readable .npz file ({exc}). It may be truncated or damaged; "
-                "rewrite it with packlab.formats.write_npz()."
-            ) from None
+        self.fileobj, self.file = open_packed(path, opener, ".npz", "write_npz",
+                                              lambda where: np.load(where, allow_pickle=False),
+                                              errors=(zipfile.BadZipFile, OSError, ValueError, EOFError))
         if not isinstance(self.file, np.lib.npyio.NpzFile) or not {"keys", "labels"} <= set(self.file.files):
             self.close()
             raise data.DatasetError(f"{path} has no 'keys' and 'labels' arrays: files written by packlab.formats.write_npz() have both.")

@@ -26,7 +26,6 @@ the datasets open one handle per process (:class:`~packlab.formats.common.PerPro
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -34,18 +33,18 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packlab import data, paths
+from packlab import data
 from packlab.formats.common import (
     BlockStreamDataset,
     DamagedSampleError,
     PackedMapDataset,
     PerProcessHandle,
-    fresh,
+    ensure_written,
     jpeg_records,
-    missing_file_error,
-    partial_path,
+    open_packed,
     progress,
     select_keys,
+    written_atomically,
 )
 from packlab.loaders.tar import RawSample
 
@@ -60,12 +59,8 @@ def write_parquet(dst: Path | str, *, samples: Sequence[data.Sample] | None = No
     """Write samples (default: the whole manifest) into one Parquet file at ``dst`` (layout: module docstring)."""
     if row_group_size < 1:
         raise ValueError("row_group_size must be at least 1")
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    samples = sorted(samples if samples is not None else data.load_manifest(root), key=lambda s: s.key)
-    tmp = partial_path(dst)
     options = dict(compression="none", use_dictionary=False, write_statistics=["key", "label"], write_page_checksum=True)
-    with pq.ParquetWriter(tmp, SCHEMA, **options) as writer:
+    with written_atomically(dst, samples, root) as (tmp, samples), pq.ParquetWriter(tmp, SCHEMA, **options) as writer:
         rows: list[tuple[str, int, bytes]] = []
         for sample, jpeg in progress(jpeg_records(samples, root), len(samples), "parquet", progress_bar):
             rows.append((sample.key, sample.label, jpeg))
@@ -74,8 +69,7 @@ def write_parquet(dst: Path | str, *, samples: Sequence[data.Sample] | None = No
                 rows = []
         if rows:
             writer.write_table(_table(rows), row_group_size=row_group_size)
-    os.replace(tmp, dst)
-    return dst
+    return Path(dst)
 
 
 def _table(rows: list[tuple[str, int, bytes]]) -> pa.Table:
@@ -87,30 +81,17 @@ def _table(rows: list[tuple[str, int, bytes]]) -> pa.Table:
 def ensure_parquet(root: Path | None = None, samples: Sequence[data.Sample] | None = None, name: str = "images",
                    progress_bar: bool = True) -> Path:
     """The course's Parquet file ``<data root>/packed/<name>.parquet``, written once and then reused."""
-    target = paths.packed_dir(root) / f"{name}.parquet"
-    if not fresh(target, root):
-        write_parquet(target, samples=samples, root=root, progress_bar=progress_bar)
-    return target
+    return ensure_written(".parquet", write_parquet, root, samples, name, progress_bar)
 
 
 class ParquetHandle:
     """An open Parquet file (and the file object under it, if one was given), with one row group kept."""
 
     def __init__(self, path: Path, opener: Callable[[str], BinaryIO] | None = None):
-        if not path.exists():
-            raise missing_file_error(path, "Parquet", "ensure_parquet")
         self.path = path
-        self.fileobj = opener(str(path)) if opener is not None else None
-        try:
-            self.file = pq.ParquetFile(self.fileobj if self.fileobj is not None else path,
-                                       page_checksum_verification=True)
-        except (pa.ArrowException, OSError) as exc:
-            if self.fileobj is not None:
-                self.fileobj.close()
-            raise data.DatasetError(
-                f"{path} is not a readable Parquet file ({exc}). It may be truncated or damaged; "
-                "rewrite it with packlab.formats.write_parquet()."
-            ) from None
+        self.fileobj, self.file = open_packed(
+            path, opener, "Parquet", "write_parquet", lambda where: pq.ParquetFile(where, page_checksum_verification=True),
+            errors=(pa.ArrowException, OSError))
         names = self.file.schema_arrow.names
         if not {"key", "label", "image"} <= set(names):
             self.close()
