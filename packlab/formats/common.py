@@ -217,6 +217,12 @@ class PackedMapDataset(Dataset, BadSampleHandling):
         self.transform = transform or standard_transform
         self.return_key = return_key
 
+    def _keep(self, all_keys: Sequence[str], all_labels: Sequence[int], keys: Sequence[str] | None) -> None:
+        """Keep the samples selected by ``keys`` (default: all): their positions in the file, keys and labels."""
+        self.positions = select_keys(all_keys, keys, self.path)
+        self.keys = [all_keys[i] for i in self.positions]
+        self.labels = [all_labels[i] for i in self.positions]
+
     def __len__(self) -> int:
         return len(self.keys)
 

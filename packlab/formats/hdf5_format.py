@@ -30,6 +30,7 @@ chapter 9 and the tests.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import BinaryIO
 
@@ -45,7 +46,6 @@ from packlab.formats.common import (
     jpeg_records,
     open_packed,
     progress,
-    select_keys,
     written_atomically,
 )
 
@@ -124,14 +124,8 @@ class Hdf5Dataset(PerProcessHandle, PackedMapDataset):
         self._set_options(transform, return_key, on_bad_sample)
         self.path = Path(path)
         self.opener = opener
-        first = Hdf5File(self.path, opener)  # the index is read here, and the file closed again at once
-        try:
-            all_keys, all_labels = first.index(self.path)
-        finally:
-            first.close()
-        self.positions = select_keys(all_keys, keys, self.path)
-        self.keys = [all_keys[i] for i in self.positions]
-        self.labels = [all_labels[i] for i in self.positions]
+        with closing(Hdf5File(self.path, opener)) as first:  # the index is read here, and the file closed at once
+            self._keep(*first.index(self.path), keys)
 
     def _open_handle(self) -> Hdf5File:
         return Hdf5File(self.path, self.opener)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,7 +36,6 @@ from packlab.formats.common import (
     jpeg_records,
     open_packed,
     progress,
-    select_keys,
     written_atomically,
 )
 
@@ -117,15 +117,8 @@ class NpzDataset(PerProcessHandle, PackedMapDataset):
         self._set_options(transform, return_key, on_bad_sample)
         self.path = Path(path)
         self.opener = opener
-        first = NpzHandle(self.path, opener)
-        try:
-            all_keys = first.file["keys"].tolist()
-            all_labels = first.file["labels"].tolist()
-        finally:
-            first.close()
-        positions = select_keys(all_keys, keys, self.path)
-        self.keys = [all_keys[i] for i in positions]
-        self.labels = [all_labels[i] for i in positions]
+        with closing(NpzHandle(self.path, opener)) as first:  # the index is read here, and the file closed at once
+            self._keep(first.file["keys"].tolist(), first.file["labels"].tolist(), keys)
 
     def _open_handle(self) -> NpzHandle:
         return NpzHandle(self.path, self.opener)

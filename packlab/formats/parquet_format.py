@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import BinaryIO
 
@@ -43,7 +44,6 @@ from packlab.formats.common import (
     jpeg_records,
     open_packed,
     progress,
-    select_keys,
     written_atomically,
 )
 from packlab.loaders.tar import RawSample
@@ -150,14 +150,9 @@ class ParquetDataset(PerProcessHandle, PackedMapDataset):
         self._set_options(transform, return_key, on_bad_sample)
         self.path = Path(path)
         self.opener = opener
-        first = ParquetHandle(self.path, opener)
-        try:
+        with closing(ParquetHandle(self.path, opener)) as first:  # the index is read here, and the file closed at once
             all_keys, all_labels, self.group_starts = read_index(first)
-        finally:
-            first.close()
-        self.positions = select_keys(all_keys, keys, self.path)
-        self.keys = [all_keys[i] for i in self.positions]
-        self.labels = [all_labels[i] for i in self.positions]
+        self._keep(all_keys, all_labels, keys)
 
     def _open_handle(self) -> ParquetHandle:
         return ParquetHandle(self.path, self.opener)
@@ -189,11 +184,8 @@ class ParquetStreamDataset(PerProcessHandle, BlockStreamDataset):
                                  on_bad_sample=on_bad_sample)
         self.path = Path(path)
         self.opener = opener
-        first = ParquetHandle(self.path, opener)
-        try:
+        with closing(ParquetHandle(self.path, opener)) as first:
             self.blocks = list(range(first.file.metadata.num_row_groups))
-        finally:
-            first.close()
 
     def _open_handle(self) -> ParquetHandle:
         return ParquetHandle(self.path, self.opener)
