@@ -208,7 +208,7 @@ def test_streams_shuffle_per_epoch_reproducibly_and_refuse_to_starve_a_worker(wr
     too_coarse = LmdbStreamDataset(written["lmdb third"], block_size=20, transform=skip_decode)
     loader = DataLoader(too_coarse, batch_size=4, num_workers=2, multiprocessing_context="fork", timeout=TIMEOUT)
     error = run_until_error(loader)[1]
-    assert isinstance(error, ShardSplitError) and "smaller" in str(error)
+    assert isinstance(error, ShardSplitError) and "smaller block_size" in str(error)
 
 
 def test_an_lmdb_file_open_in_the_parent_cannot_be_opened_again_in_a_forked_child(written):

@@ -410,13 +410,14 @@ def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
             high = np.array([max(values[n]) for n in shown]) - med
             xs = [names.index(n) + (i - 0.5) * width for n in shown]
             ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=f"C{i}")
-        missing = [n for n in names if not any(n in rates(results, a, condition) for a in ACCESSES)]
-        for n in missing:  # e.g. LMDB under the network model: its memory map cannot be given an opener
-            ax.text(names.index(n), 0.05, "n/a", ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
+            for n in names:  # no bar: tar has no random access, LMDB no opener for the network model
+                if n not in values:
+                    ax.text(names.index(n) + (i - 0.5) * width, 0.04, "n/a", ha="center", va="bottom", fontsize=7,
+                            color=f"C{i}", transform=ax.get_xaxis_transform())
         ax.set_yscale("log")
         ax.set_ylabel("samples/s (log)")
         ax.set_title(f"{condition}", fontsize=10)
-        ax.legend(fontsize=8, loc="upper right")
+    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1, 0].set_xticks(range(len(names)), names)
     axes[-1, 0].set_xlabel("layout")
     fig.suptitle(f"Reading {results['samples']:,} samples, one process, no decode: median of {results['runs']} "

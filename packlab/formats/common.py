@@ -291,14 +291,18 @@ class BlockStreamDataset(IterableDataset, BadSampleHandling):
         order = epoch_shard_order(self.blocks, self.seed, self.epoch) if self.shuffle_blocks else list(self.blocks)
         return split_shards_by_worker(split_shards_by_rank(order, self.rank, self.world_size), worker_id, num_workers)
 
+    #: How to get more, smaller blocks (subclasses say it for their format).
+    smaller_blocks = "make the blocks smaller"
+
     def check_split(self, num_workers: int) -> None:
-        """Raise :class:`~packlab.loaders.tar.ShardSplitError` if some reader would get no block."""
+        """Raise :class:`~packlab.loaders.tar.ShardSplitError` if some reader would get no block (or ranks unequal shares)."""
         try:
             check_shard_split(len(self.blocks), self.world_size, num_workers)
-        except ShardSplitError as exc:
+        except ShardSplitError:
+            readers = f"{self.world_size} rank(s) x {max(1, num_workers)} worker(s)"
             raise ShardSplitError(
-                f"{self.path} is read in {len(self.blocks)} blocks, which cannot be split evenly here: {exc} "
-                "(For this file the 'shards' are its blocks: make them smaller, so there are more of them.)"
+                f"{self.path} is read in {len(self.blocks)} blocks, too few to give each of {readers} an equal share "
+                f"of at least one: {self.smaller_blocks}, or use fewer workers."
             ) from None
 
     def _block_samples(self, block) -> Iterator[RawSample]:

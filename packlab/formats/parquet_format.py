@@ -174,6 +174,8 @@ class ParquetStreamDataset(PerProcessHandle, BlockStreamDataset):
     damaged row group is skipped whole and counted once; an image that does not decode, alone.
     """
 
+    smaller_blocks = "write the file with a smaller row_group_size"
+
     def __init__(self, path: Path | str, *, shuffle_buffer: int = 0, shuffle_blocks: bool = True, seed: int = 0,
                  transform: Callable | None = None, return_key: bool = False, rank: int | None = None,
                  world_size: int | None = None, on_bad_sample: str = "raise",
