@@ -224,8 +224,12 @@ def measure_formats(
         "layouts": {
             layout.name: {
                 "write_s": [], "bytes": None, "allocated": None, "opener": layout.opener,
-                "rates": {access: {condition: [] for condition in CONDITIONS} for access in ACCESSES
-                          if getattr(layout, access) is not None},
+                # None where a figure cannot exist: tar shards have no random access, and no opener
+                # can delay LMDB's memory-mapped reads.
+                "rates": {access: None if getattr(layout, access) is None else
+                          {condition: None if condition == "network model" and not layout.opener else []
+                           for condition in CONDITIONS}
+                          for access in ACCESSES},
             }
             for layout in chosen
         },
@@ -261,7 +265,7 @@ def measure_formats(
                     _release(dataset, where)
             say(f"round {run + 1}/{runs} {layout.name}: written in {entry['write_s'][-1]:.2f} s, "
                 f"{entry['allocated'] / 1e6:.0f} MB; warm "
-                + ", ".join(f"{a} {entry['rates'][a]['warm'][-1]:.0f}/s" for a in entry["rates"]))
+                + ", ".join(f"{a} {r['warm'][-1]:.0f}/s" for a, r in entry["rates"].items() if r))
             if run > 0:
                 _remove(workdir / f"{layout.name}-{run - 1}")  # keep one round's files on disk, not all of them
     results["load_average"].append(os.getloadavg()[0])
@@ -271,15 +275,15 @@ def measure_formats(
 # ------------------------------------------------------------- summaries and verdicts
 
 
-def spread(values: Sequence[float]) -> tuple[float, float, float] | None:
+def spread(values: Sequence[float] | None) -> tuple[float, float, float] | None:
     """``(median, lowest, highest)`` of the rounds, or None when nothing was measured."""
     if not values:
         return None
     return statistics.median(values), min(values), max(values)
 
 
-def show(values: Sequence[float], digits: int = 0) -> str:
-    """``"median (lowest–highest)"``, or ``"n/a"``."""
+def show(values: Sequence[float] | None, digits: int = 0) -> str:
+    """``"median (lowest–highest)"``, or ``"n/a"`` where nothing was (or could be) measured."""
     figure = spread(values)
     if figure is None:
         return "n/a"
@@ -291,7 +295,7 @@ def rates(results: dict, access: str, condition: str) -> dict[str, list[float]]:
     """``{layout: rates of the rounds}`` for one access and condition, for the layouts that have them."""
     out = {}
     for name, entry in results["layouts"].items():
-        values = entry["rates"].get(access, {}).get(condition)
+        values = (entry["rates"].get(access) or {}).get(condition)
         if values:
             out[name] = values
     return out
@@ -310,7 +314,7 @@ def read_rows(results: dict) -> list[dict]:
     rows = []
     for access in ACCESSES:
         for name, entry in results["layouts"].items():
-            if access not in entry["rates"]:
+            if not entry["rates"].get(access):
                 continue
             row = {"layout": name, "access": access}
             for condition in CONDITIONS:
@@ -326,7 +330,7 @@ def table_rows(results: dict) -> list[dict]:
         entry = results["layouts"][row["layout"]]
         for access in ACCESSES:
             for condition in CONDITIONS:
-                row[f"{access}, {condition} (samples/s)"] = show(entry["rates"].get(access, {}).get(condition, []))
+                row[f"{access}, {condition} (samples/s)"] = show((entry["rates"].get(access) or {}).get(condition))
         rows.append(row)
     return rows
 
