@@ -35,7 +35,7 @@ def test_the_command_serves_the_repository_on_localhost_with_state_of_its_own(tm
     assert "--IdentityProvider.token=abc" in cmd and "--ServerApp.open_browser=False" in cmd
     assert ("--allow-root" in cmd) == (os.geteuid() == 0)
     default = lab.command()
-    assert not any(arg.startswith("--IdentityProvider.token") for arg in default), "make lab lets Jupyter make up a token"
+    assert not any(arg.startswith("--IdentityProvider.token") for arg in default), "Jupyter makes up make lab's token"
     assert f"--LabApp.workspaces_dir={lab.STATE_DIR / 'workspaces'}" in default, "never the home folder's workspaces"
 
 
@@ -62,7 +62,7 @@ def test_the_shipped_settings_are_valid_for_the_installed_jupyterlab():
 def test_the_viewer_the_settings_name_is_the_one_jupytext_registers():
     static = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyterlab-jupytext" / "static"
     bundle = "".join(p.read_text(errors="replace") for p in static.glob("*.js"))
-    assert re.search(r'FACTORY="Jupytext Notebook"', bundle), "jupytext's lab extension no longer names its viewer 'Jupytext Notebook'"
+    assert re.search(r'FACTORY="Jupytext Notebook"', bundle), "jupytext's lab extension renamed its notebook viewer"
     assert '"markdown"' in bundle, "jupytext's notebook viewer no longer lists the markdown file type"
 
 
@@ -119,7 +119,8 @@ def test_saving_a_run_chapter_keeps_cell_options_and_drops_evaluated_expressions
 
     _save_as_jupyterlab_does(repository_copy, chapter, run_in_jupyterlab)
     saved = (repository_copy / chapter).read_text()
-    assert "user_expressions" not in saved and "jp-MarkdownHeadingCollapsed" not in saved and "language_info" not in saved
+    for session_only in ("user_expressions", "jp-MarkdownHeadingCollapsed", "language_info"):
+        assert session_only not in saved
     first_cell = "```{code-cell} ipython3\n"
     assert saved.count(first_cell + ":tags: [hide-input]\n") == 1, "the MyST cell option was not written"
     # Nothing else changed, but the jupytext version recorded in the header.

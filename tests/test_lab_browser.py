@@ -269,13 +269,14 @@ def test_an_exercise_opens_as_a_notebook_and_a_correct_solution_passes_its_check
         )
         check_cell.scroll_into_view_if_needed()
         _screenshot(page, "exercise-check")
-        assert "All parts passed" in report.text_content(), f"the reference solution failed its check:\n{report.text_content()}"
+        outcome = report.text_content()
+        assert "All parts passed" in outcome, f"the reference solution failed its check:\n{outcome}"
 
         _save_and_wait(page, exercise_path)
         stub_source = next(body for body in CODE_CELL.findall(original) if "class JpegFolderDataset" in body)
         expected = original.replace(stub_source, solution.rstrip("\n") + "\n", 1)
         saved = _without_jupytext_version(exercise_path.read_text())
-        assert saved == expected, "saving wrote more (or less) than the edited cell:\n" + _diff(expected, saved, EXERCISE)
+        assert saved == expected, "saving wrote other changes than the edited cell:\n" + _diff(expected, saved, EXERCISE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -323,18 +324,21 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
         page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
         panel.locator(".jp-InputPrompt", has_text="[*]").first.wait_for()
         page.wait_for_function(
-            """(panel) => ![...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => p.textContent.includes('*'))""",
+            "(panel) => ![...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+            ".some(prompt => prompt.textContent.includes('*'))",
             arg=panel.element_handle(),
             timeout=RUN_ALL_TIMEOUT,
             polling=1000,
         )
         run_seconds = time.monotonic() - started
         cells = panel.evaluate(_CELLS_AS_SHOWN)
-        not_run = [i for i, c in enumerate(cells) if not c["markdown"] and not re.fullmatch(r"\[\d+\]:", c["prompt"].strip())]
+        numbered = re.compile(r"\[\d+\]:")
+        not_run = [i for i, c in enumerate(cells) if not c["markdown"] and not numbered.fullmatch(c["prompt"].strip())]
         sentence = panel.locator(".jp-MarkdownCell", has_text="of 5 runs failed").first
         sentence.scroll_into_view_if_needed()
         _screenshot(page, "chapter-eval")
-        panel.locator(".jp-MarkdownCell", has_text="With JPEG members the locked loader").first.scroll_into_view_if_needed()
+        table_sentence = panel.locator(".jp-MarkdownCell", has_text="With JPEG members the locked loader").first
+        table_sentence.scroll_into_view_if_needed()
         _screenshot(page, "chapter-table")
 
         _save_and_wait(page, paired_path)
@@ -353,14 +357,15 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
 
         glued = _glued_values(notebook)
         problems = []
-        for number, (shown, saved) in enumerate(zip(cells, notebook["cells"])):
+        for number, (shown, stored) in enumerate(zip(cells, notebook["cells"])):
             if not shown["markdown"]:
                 continue
-            names = EVAL.findall("".join(saved["source"]))
+            names = EVAL.findall("".join(stored["source"]))
             for raw in ("{eval", "{glue"):
                 if raw in shown["text"]:
                     problems.append(f"markdown cell {number} shows a raw {raw}...}} role")
-            evaluated = {e["expression"]: e["result"].get("status") for e in saved["metadata"].get("user_expressions", [])}
+            expressions = stored["metadata"].get("user_expressions", [])
+            evaluated = {e["expression"]: e["result"].get("status") for e in expressions}
             for name in names:
                 if name not in glued:
                     problems.append(f"markdown cell {number}: no cell passed {name}= to figures()")
@@ -369,7 +374,7 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
                 elif glued[name] not in shown["text"]:
                     problems.append(f"markdown cell {number} does not show {name} = {glued[name]!r}")
                 if evaluated.get(name) != "ok":
-                    problems.append(f"markdown cell {number}: jupyterlab-myst did not evaluate {name} ({evaluated.get(name)})")
+                    problems.append(f"markdown cell {number}: jupyterlab-myst did not evaluate {name}: {evaluated.get(name)}")
         assert glued, f"{CHAPTER} glued no values: the test would check nothing"
         assert not problems, "\n".join(problems)
         print(f"{CHAPTER}: ran in JupyterLab in {run_seconds:.0f} s; {len(glued)} cited values shown")
