@@ -31,6 +31,7 @@ it back on the same ports with the same data.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
@@ -40,6 +41,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -189,6 +191,21 @@ def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 _COMPONENTS = ("master", "volume", "filer", "s3")
 
 
+def _kill_me_with_my_parent_function():
+    """Linux's ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, looked up now so the child only has to call it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+# The server runs in a session of its own (so signals for the notebook do not reach it), which
+# also means it would outlive a kernel that dies. This makes the kernel's death end it too.
+_DIE_WITH_PARENT = _kill_me_with_my_parent_function()
+
+
 class LocalS3Server:
     """A SeaweedFS master, volume server, filer and S3 gateway in one ``weed server`` process.
 
@@ -274,7 +291,11 @@ class LocalS3Server:
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=self.workdir, start_new_session=True,
+                # The signal comes when the *thread* that started the child ends: only the main thread lives on.
+                preexec_fn=_DIE_WITH_PARENT if threading.current_thread() is threading.main_thread() else None,
             )  # fmt: skip
+        if self.starts == 0:
+            atexit.register(self.stop, grace=2.0)  # a notebook or script that ends without stop()
         self.starts += 1
         try:
             self.wait_ready()
