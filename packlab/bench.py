@@ -569,3 +569,50 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ------------------------------------------------------------ repeated, interleaved runs
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Several measurements of one quantity: the median, and the range they spanned."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        import statistics
+
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def overlaps(self, other: Spread) -> bool:
+        """True when the two ranges overlap: then the runs do not tell the two apart."""
+        return self.low <= other.high and other.low <= self.high
+
+    def format(self, spec: str = ".0f") -> str:
+        """``median (low–high)``, each formatted with ``spec``."""
+        return f"{self.median:{spec}} ({self.low:{spec}}–{self.high:{spec}})"
+
+
+def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
+    """Call every run once per round, in turn, for ``rounds`` rounds; return each one's :class:`Spread`.
+
+    Interleaving (A, B, C, A, B, C, ...) rather than repeating each run in a block means
+    that load which comes and goes on a shared machine falls on all runs alike.
+    """
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    values: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            values[name].append(float(run()))
+    return {name: Spread(tuple(v)) for name, v in values.items()}
