@@ -481,7 +481,7 @@ class ObjectStream:
             if isinstance(exc, botocore.exceptions.ReadTimeoutError) and self.read_timeout is not None:
                 why = f"the server sent nothing for {self.read_timeout:g} s (read timeout)"
             else:
-                why = f"{type(exc).__name__}: {exc}"
+                why = f"{type(exc).__name__}: {str(exc).rstrip('.')}"
             raise ShardReadError(
                 f"reading shard {self.url} failed after {self.position:,}{of} bytes ({why}). Is the object store up?"
             ) from None
@@ -548,7 +548,7 @@ class S3ShardOpener:
             ) from None
         except botocore.exceptions.BotoCoreError as exc:  # connection refused, timeouts
             raise ShardReadError(
-                f"cannot open shard {url}: {exc}. Is the object store at {self.settings.endpoint} up?"
+                f"cannot open shard {url}: {str(exc).rstrip('.')}. Is the object store at {self.settings.endpoint} up?"
             ) from None
         return ObjectStream(response["Body"], url, response.get("ContentLength"), self.settings.read_timeout)
 

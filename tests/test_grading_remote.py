@@ -130,7 +130,7 @@ def retries_damage_too(shard, opener, attempts=4, wait_s=1.0, sleep=time.sleep):
     [
         (restarts_and_repeats, {"resumes", "several_breaks", "gives_up"}),
         (never_retries, {"resumes", "several_breaks", "gives_up", "waits"}),
-        (skips_only_the_last_attempts_samples, {"several_breaks"}),
+        (skips_only_the_last_attempts_samples, {"several_breaks", "gives_up"}),  # repeats when breaking thrice too
         (retries_forever, {"gives_up"}),
         (gives_up_quietly, {"gives_up"}),
         (never_waits, {"waits"}),
