@@ -45,3 +45,31 @@ def test_two_agents_two_ranks_each_two_workers_each_read_every_key_exactly_once(
     assert not distributed.keys_on_several_ranks(records)
     report = distributed.audit_ranks(records, data.load_manifest(root))
     assert report.ok, report.summary()
+
+
+def test_nodes_holding_different_numbers_of_staged_shards_stop_every_rank(tmp_path, monkeypatch):
+    """--split node-local: the ranks compare their nodes' shard counts before reading, and all refuse alike."""
+    import torch.distributed as dist
+
+    from packlab.loaders.tar import ShardSplitError
+
+    for i in range(3):
+        (tmp_path / f"shard-{i:06d}.tar").write_bytes(b"")
+    args = distributed.parse_args(["--loader", "tar", "--split", "node-local", "--shards", str(tmp_path / "*.tar"),
+                                   "--out", str(tmp_path / "out")])
+
+    def gather_from_two_nodes(out, mine):  # what all_gather_object would collect: node 1 staged only 2 shards
+        out[:] = [mine, mine, ("1", 2), ("1", 2)]
+
+    monkeypatch.setattr(dist, "all_gather_object", gather_from_two_nodes)
+    with pytest.raises(ShardSplitError, match=r"different numbers of staged shards \(\{'0': 3, '1': 2\}"):
+        distributed._check_nodes_hold_equal_parts(args, world_size=4)
+
+
+def test_agents_that_outlive_the_launch_timeout_are_killed():
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(TimeoutError, match="did not finish within"):
+        distributed.launch_nodes(["--help"], nnodes=2, nproc=1, timeout=0.5)
+    assert time.perf_counter() - start < 30
