@@ -413,8 +413,9 @@ def group_samples(members: Iterable[tuple[str, bytes]], source: str) -> Iterator
 
     A sample needs one ``.jpg`` and one ``.cls`` member; other extensions are ignored.
     Missing or repeated files raise :class:`ShardError` naming the shard and the key:
-    the files of a sample must sit next to each other in the archive (sorting it by name
-    does that).
+    the files of a sample must sit next to each other in the archive, which is all a
+    streaming reader needs (:func:`packlab.pack.write_tar_shards` and
+    ``webdataset.ShardWriter`` write them so; the archive need not be sorted).
     """
 
     def finish(key: str, files: dict[str, bytes]) -> RawSample:
@@ -423,7 +424,8 @@ def group_samples(members: Iterable[tuple[str, bytes]], source: str) -> Iterator
             raise ShardError(
                 f"sample {key} in shard {source} has no {' or '.join(missing)} file next to its "
                 f"{', '.join('.' + e for e in files) or 'other files'}: each sample needs "
-                f"{' and '.join('.' + e for e in REQUIRED_EXTENSIONS)}, stored adjacently (tar --sort=name)."
+                f"{' and '.join('.' + e for e in REQUIRED_EXTENSIONS)}, next to each other in the shard "
+                "(as packlab.pack.write_tar_shards and webdataset.ShardWriter write them)."
             )
         text = files[LABEL_EXTENSION].decode("ascii", errors="replace").strip()
         try:
