@@ -273,6 +273,16 @@ def compare(a: Spread, b: Spread) -> int:
     return 1 if a.median > b.median else -1
 
 
+def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
+    """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
+    or ``"no clear difference"`` when the ranges overlap (see :func:`compare`)."""
+    verdict = compare(a, b)
+    if verdict == 0:
+        return "no clear difference"
+    ratio = a.median / b.median if verdict > 0 else b.median / a.median
+    return f"{ratio:.1f} times {higher if verdict > 0 else lower}"
+
+
 def interleaved(runs: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, list]:
     """Call every function of ``runs`` once per round, for ``repeats`` rounds; results by name.
 

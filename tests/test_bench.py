@@ -14,6 +14,7 @@ from packlab.bench import (
     Spread,
     batch_size_of,
     compare,
+    ratio_words,
     interleaved,
     run_until_error,
     time_loader,
@@ -139,3 +140,6 @@ def test_compare_says_no_clear_difference_when_ranges_overlap():
     assert compare(Spread.of([1, 2, 3]), Spread.of([10, 11, 12])) == -1
     assert compare(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == 0
     assert compare(Spread.of([1, 2, 3]), Spread.of([3, 4, 5])) == 0  # touching ranges overlap
+    assert ratio_words(Spread.of([30, 31, 32]), Spread.of([10, 11, 12])) == "2.8 times faster"
+    assert ratio_words(Spread.of([10, 11, 12]), Spread.of([30, 31, 32]), "larger", "smaller") == "2.8 times smaller"
+    assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
