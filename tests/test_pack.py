@@ -126,8 +126,11 @@ def test_shards_from_a_class_sorted_list_stay_class_sorted(tmp_path, small_root,
         assert len(labels) == 1
 
 
-@pytest.mark.parametrize("maxsize", [120_000, 300_000])
-def test_maxsize_bounds_every_shard_on_disk(tmp_path, small_root, maxsize):
+@pytest.mark.parametrize("samples_worth", [1, 3])
+def test_maxsize_bounds_every_shard_on_disk(tmp_path, small_root, small_manifest, samples_worth):
+    # The limit in units of the largest sample's shard, so it fits whatever size the generated JPEGs have.
+    largest = max(pack.tar_archive_size(pack.tar_member_size(1) + pack.tar_member_size(s.bytes)) for s in small_manifest)
+    maxsize = samples_worth * largest
     shards = pack.write_tar_shards(tmp_path, root=small_root, maxcount=10_000, maxsize=maxsize, progress=False)
     sizes = [p.stat().st_size for p in shards]
     assert max(sizes) <= maxsize
