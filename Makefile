@@ -79,7 +79,7 @@ book-instructor: data
 # book's cache, and the browser test (run last) builds the book from it.
 test: data
 	@rm -rf $(NBTEST)
-	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name '[0-9]*.md' 2>/dev/null | sort); do \
+	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name .ipynb_checkpoints -prune -o -name '[0-9]*.md' -print 2>/dev/null | sort); do \
 	  mkdir -p $(NBTEST)/$$(dirname $$f); \
 	  $(VENV)/bin/jupytext --quiet --to ipynb --output $(NBTEST)/$${f%.md}.ipynb $$f; \
 	done

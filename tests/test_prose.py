@@ -62,6 +62,25 @@ def test_every_cited_name_is_bound_before_it_is_cited(notebook):
     assert not problems, f"{notebook.relative_to(ROOT)}: " + "; ".join(problems)
 
 
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_cited_name_is_bound_once(notebook):
+    """JupyterLab evaluates a sentence's names after the cells queued before it have run.
+
+    On "Run All" that is after *every* code cell, so a name bound twice would show its
+    last value in both sentences. Each cited name is therefore bound by one call only.
+    """
+    cited = set(EVAL.findall(notebook.read_text()))
+    counts: dict[str, int] = {}
+    for kind, piece in _segments(notebook.read_text()):
+        if kind == "code":
+            for node in ast.walk(ast.parse(piece)):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "figures":
+                    for keyword in node.keywords:
+                        counts[keyword.arg] = counts.get(keyword.arg, 0) + 1
+    twice = sorted(name for name, count in counts.items() if count > 1 and name in cited)
+    assert not twice, f"{notebook.relative_to(ROOT)}: cited names bound by more than one figures() call: {twice}"
+
+
 def test_no_book_only_roles_in_notebooks():
     """``{glue:...}`` shows as raw text in JupyterLab: the prose uses ``{eval}`` instead."""
     pages = NOTEBOOKS + [ROOT / "intro.md", ROOT / "instructor.md", ROOT / "exercises" / "index.md"]
