@@ -30,7 +30,14 @@ from torch.utils.data import ChainDataset, ConcatDataset, DataLoader
 
 from packlab import audit, exercises, grade, grading, pack, paths
 from packlab.bench import run_until_error
-from packlab.loaders import JpegFolderDataset, NaiveZipDataset, RawFolderDataset, TarShardDataset, ZipDataset
+from packlab.loaders import (
+    JpegFolderDataset,
+    NaiveZipDataset,
+    PreadZipDataset,
+    RawFolderDataset,
+    TarShardDataset,
+    ZipDataset,
+)
 
 START_METHODS = ["fork", "spawn", "forkserver"]
 WORKERS = 2
@@ -144,6 +151,7 @@ def map_style(small_root, packed, solutions):
         "RawFolderDataset": RawFolderDataset(packed["raw_folder"], root=small_root, return_key=True),
         "ZipDataset, jpeg members": ZipDataset(packed["jpeg_zip"], return_key=True),
         "ZipDataset, raw members": ZipDataset(packed["raw_zip"], return_key=True),
+        "PreadZipDataset, jpeg members": PreadZipDataset(packed["jpeg_zip"], return_key=True),
         "solution 01 JpegFolderDataset": solution_jpeg,
         "solution 03 PerWorkerZipDataset": solutions["03_per_worker_zip PerWorkerZipDataset"](
             packed["jpeg_zip"], return_key=True),
