@@ -254,8 +254,9 @@ def test_zip_member_damage_other_than_crc_names_member_and_archive(tmp_path, sma
                      f"{small_manifest[1].key}.jpg", "header.zip", "python -m zipfile -t")
     # A member whose data runs past the end of the file (a directory that promises more than is there):
     dataset = PreadZipDataset(path)
-    dataset.spans[2] = dataset.spans[2][:3] + (path.stat().st_size,) + dataset.spans[2][4:]
-    expect_error(lambda: dataset.read_member(2), zipfile.BadZipFile, "ends inside the member's data", "header.zip")
+    last = dataset.members[2]
+    dataset.spans[last] = dataset.spans[last][:3] + (path.stat().st_size,) + dataset.spans[last][4:]
+    expect_error(lambda: dataset.read_member(last), zipfile.BadZipFile, "ends inside the member's data", "header.zip")
 
 
 # -------------------------------------------------------- structural damage: raises in both modes

@@ -133,16 +133,16 @@ def test_pread_zip_dataset_reads_what_zip_dataset_reads(tmp_path, subset, compre
         assert pread.keys == reference.keys and pread.labels == reference.labels
         for i in range(len(reference)):
             assert torch.equal(pread[i][0], reference[i][0]) and pread[i][1:] == reference[i][1:]
-            assert pread.read_member(i) == reference.read_member(reference.members[i])
+            assert pread.read_member(pread.members[i]) == reference.read_member(reference.members[i])
 
 
 def test_pread_zip_dataset_shares_its_descriptor_with_forked_workers(small_zips, subset, reference):
     """Opened in __init__ and used by the parent first, like NaiveZipDataset, yet correct: pread has no shared offset."""
     dataset = PreadZipDataset(small_zips["raw"], return_key=True)
     dataset[0]
-    inherited = dataset.file()
+    inherited = dataset.open()
     audit_with_workers(dataset, subset, reference, "fork", shuffle=True)
-    assert dataset.file() is inherited  # the parent's file was never replaced
+    assert dataset.open() is inherited  # the parent's file was never replaced
     dataset.close()
     assert inherited.closed and dataset[1][2] == subset[1].key  # reopens on demand
 
@@ -150,7 +150,7 @@ def test_pread_zip_dataset_shares_its_descriptor_with_forked_workers(small_zips,
 def test_pread_zip_dataset_pickles_without_its_file(small_zips):
     dataset = PreadZipDataset(small_zips["jpeg"])
     clone = pickle.loads(pickle.dumps(dataset))
-    assert clone._file is None and torch.equal(clone[3][0], dataset[3][0])
+    assert clone._archive is None and torch.equal(clone[3][0], dataset[3][0])
     dataset.close()
     clone.close()
 
@@ -158,12 +158,13 @@ def test_pread_zip_dataset_pickles_without_its_file(small_zips):
 def test_pread_zip_dataset_finds_data_behind_a_local_extra_field_of_another_length(small_zips):
     """The central directory's extra field is only a guess at the local one: a wrong guess costs a second read."""
     dataset = PreadZipDataset(small_zips["jpeg"])
-    expected = dataset.read_member(2)
-    offset, name, extra, stored_size, size, crc, method = dataset.spans[2]
+    member = dataset.members[2]
+    expected = dataset.read_member(member)
+    offset, name, extra, stored_size, size, crc, method = dataset.spans[member]
     for wrong in (extra + 9, 0 if extra else None):
         if wrong is not None:
-            dataset.spans[2] = (offset, name, wrong, stored_size, size, crc, method)
-            assert dataset.read_member(2) == expected
+            dataset.spans[member] = (offset, name, wrong, stored_size, size, crc, method)
+            assert dataset.read_member(member) == expected
     dataset.close()
 
 

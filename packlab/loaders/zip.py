@@ -361,18 +361,18 @@ def member_span(info: zipfile.ZipInfo, path: Path) -> tuple:
             info.compress_type)
 
 
-class PreadZipDataset(_ZipIndex, BadSampleHandling):
-    """Map-style dataset over a zip, reading every member with one positional read (``os.pread``).
+class PreadZipDataset(ZipDataset):
+    """A :class:`ZipDataset` that reads every member with one positional read (``os.pread``).
 
     ``ZipFile.read`` does a lot per member: it seeks to the local header and reads it,
     checks its signature and name, wraps the data in a new ``ZipExtFile``, seeks again and
     reads the data, and updates a CRC-32 over it, all through the file's shared offset.
-    This reader looks every member up once, in ``__init__`` (:func:`member_span`), and then
-    reads header and data of a member with *one* ``os.pread``, which carries its own
-    offset. It still checks the local header's signature and name, and the CRC-32 unless
-    ``check_crc=False``.
+    This reader looks every member up once, when the index is read (:func:`member_span`),
+    and then reads header and data of a member with *one* ``os.pread``, which carries its
+    own offset. It still checks the local header's signature and name, and the CRC-32
+    unless ``check_crc=False``.
 
-    Because ``pread`` neither uses nor moves the file offset, the file can be opened in
+    Because ``pread`` neither uses nor moves the file offset, the file is opened in
     ``__init__`` and shared: forked DataLoader workers use the inherited descriptor
     safely (contrast :class:`NaiveZipDataset`). Pickling (spawn, forkserver) leaves the
     file out, and the copy opens its own on first use. Same samples, arguments and
@@ -381,87 +381,47 @@ class PreadZipDataset(_ZipIndex, BadSampleHandling):
     :meth:`packlab.storage.NetworkFSModel.open` does.
     """
 
-    def __init__(
-        self,
-        path: Path | str,
-        *,
-        keys: Sequence[str] | None = None,
-        transform: Callable | None = None,
-        return_key: bool = False,
-        on_bad_sample: str = "raise",
-        opener: Callable[[str], BinaryIO] = open_local,
-        check_crc: bool = True,
-    ):
-        self._set_bad_sample_mode(on_bad_sample)
-        self.path = Path(path)
-        self.opener = opener
+    def __init__(self, path: Path | str, *, check_crc: bool = True, **kwargs):
+        super().__init__(path, **kwargs)
         self.check_crc = check_crc
-        with open_archive(self.path, opener) as archive:
-            self._set_index(archive, keys, transform, return_key)
-            self.spans = [member_span(archive.getinfo(name), self.path) for name in self.members]
-        self._file: BinaryIO | None = None
-        self._finalizer = None
-        self.file()  # opened here, in the parent, and shared with forked workers: safe with pread
+        self.open()  # opened here, in the parent, and shared with forked workers: safe with pread
 
-    def file(self) -> BinaryIO:
-        """The open archive file (opened on first use in a process that received a pickled copy)."""
-        if self._file is None:
-            self._file = _open_file(self.path, self.opener)
-            self._finalizer = mp_util.Finalize(self, self._file.close, exitpriority=10)
-        return self._file
+    def _set_index(self, archive: zipfile.ZipFile, keys, transform, return_key: bool) -> None:
+        super()._set_index(archive, keys, transform, return_key)
+        self.spans = {name: member_span(archive.getinfo(name), self.path) for name in self.members}
 
-    def close(self) -> None:
-        """Close the file (the next read opens it again)."""
-        if self._finalizer is not None:
-            self._finalizer()
-        self._file = self._finalizer = None
+    def open(self) -> BinaryIO:
+        """The open archive file: this process's, or one inherited through ``fork`` (safe, see above)."""
+        if self._archive is None:
+            self._archive = _open_file(self.path, self.opener)
+            self._archive_pid = os.getpid()
+            self._finalizer = mp_util.Finalize(self, self._archive.close, exitpriority=10)
+        return self._archive
 
-    def __enter__(self) -> PreadZipDataset:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __getstate__(self) -> dict:
-        """Pickle the index and settings, not the open file (spawn, forkserver)."""
-        state = self.__dict__.copy()
-        state.update(_file=None, _finalizer=None)
-        return state
-
-    def read_member(self, index: int) -> bytes:
-        """Sample ``index``'s member bytes, checked; a damaged member raises ``BadZipFile`` naming it."""
-        offset, name, extra, stored_size, size, crc, method = self.spans[index]
-        expected_header = 30 + len(name) + extra
-        blob = read_at(self.file(), offset, expected_header + stored_size)
+    def read_member(self, name: str) -> bytes:
+        """One member's bytes, checked; a damaged member raises ``BadZipFile`` naming it and the archive."""
+        offset, name_bytes, extra, stored_size, size, crc, method = self.spans[name]
+        expected_header = 30 + len(name_bytes) + extra
+        blob = read_at(self.open(), offset, expected_header + stored_size)  # header and data, one request
         if len(blob) < 30:
-            raise _unreadable_member(self.members[index], self.path, "the archive ends inside its local header")
+            raise _unreadable_member(name, self.path, "the archive ends inside its local header")
         signature, name_length, extra_length = _LOCAL_HEADER.unpack_from(blob)
         if signature != _LOCAL_SIGNATURE:
-            raise _unreadable_member(self.members[index], self.path, "bad magic number for file header")
-        if blob[30 : 30 + name_length] != name:
-            raise _unreadable_member(self.members[index], self.path, "the local header names another member")
+            raise _unreadable_member(name, self.path, "bad magic number for file header")
+        if blob[30 : 30 + name_length] != name_bytes:
+            raise _unreadable_member(name, self.path, "the local header names another member")
         start = 30 + name_length + extra_length
         if start == expected_header:
             data = blob[start:]
         else:  # the local extra field differs from the central one: one more read, at the right place
-            data = read_at(self.file(), offset + start, stored_size)
+            data = read_at(self.open(), offset + start, stored_size)
         if len(data) != stored_size:
-            raise _unreadable_member(self.members[index], self.path, "the archive ends inside the member's data")
+            raise _unreadable_member(name, self.path, "the archive ends inside the member's data")
         if method == zipfile.ZIP_DEFLATED:
             try:
                 data = zlib.decompress(data, -zlib.MAX_WBITS)  # raw deflate, as zip stores it
             except zlib.error as exc:
-                raise _unreadable_member(self.members[index], self.path, f"bad compressed data ({exc})") from exc
+                raise _unreadable_member(name, self.path, f"bad compressed data ({exc})") from exc
         if len(data) != size or (self.check_crc and zlib.crc32(data) != crc):
-            raise _unreadable_member(self.members[index], self.path, f"Bad CRC-32 for file {self.members[index]!r}")
+            raise _unreadable_member(name, self.path, f"Bad CRC-32 for file {name!r}")
         return data
-
-    def __getitem__(self, index: int):
-        self.file()  # an archive that cannot be opened at all is not a bad sample: raise in both modes
-        try:
-            return self._sample(index, self.read_member(index))
-        except (zipfile.BadZipFile, CorruptImageError) as exc:
-            if not self.skipping:
-                raise
-            reason = "unreadable member" if isinstance(exc, zipfile.BadZipFile) else "corrupt image"
-            return self._skip(f"{self.path}:{self.members[index]}", reason, exc)
