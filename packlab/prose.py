@@ -61,3 +61,18 @@ def figures(**values: Any) -> None:
     for name, value in values.items():
         namespace[name] = value
         glue(name, value, display=False)
+
+
+def listing(*objects: Any):
+    """The source of some functions, methods or classes, shown as one Python listing.
+
+    For the lines a section teaches, e.g. ``listing(ZipDataset.open, ZipDataset.__getstate__)``
+    rather than a whole class. Methods are dedented so the listing reads as plain code.
+    """
+    import inspect
+    import textwrap
+
+    from IPython.display import Markdown
+
+    sources = [textwrap.dedent(inspect.getsource(obj)).rstrip() + "\n" for obj in objects]
+    return Markdown("```python\n" + "\n\n".join(sources) + "```")

@@ -32,7 +32,7 @@ from torch.utils.data import ConcatDataset, DataLoader
 
 from packlab import audit, data, pack, paths
 from packlab.bench import run_until_error
-from packlab.loaders import JpegFolderDataset, RawFolderDataset, TarShardDataset, ZipDataset
+from packlab.loaders import JpegFolderDataset, PreadZipDataset, RawFolderDataset, TarShardDataset, ZipDataset
 from packlab.loaders.skipping import BadSampleWarning, SkippedSample, collate_skipping_bad
 from packlab.loaders import tar as tarloader
 from packlab.loaders.tar import ShardError, skip_decode
@@ -174,6 +174,10 @@ PER_SAMPLE_CASES = [
      [f"{BAD_CRC}.jpg", "damaged.zip", "Bad CRC-32", "python -m zipfile -t", "rewrite it"]),
     ("zip-corrupt-jpeg", lambda d: ZipDataset(d.zip, keys=around(CORRUPT_MEMBER)), 2, CorruptImageError,
      [f"damaged.zip:{CORRUPT_MEMBER}.jpg", "Check or regenerate"]),
+    ("pread-zip-bad-crc", lambda d: PreadZipDataset(d.zip, keys=around(BAD_CRC)), 2, zipfile.BadZipFile,
+     [f"{BAD_CRC}.jpg", "damaged.zip", "Bad CRC-32", "python -m zipfile -t", "rewrite it"]),
+    ("pread-zip-corrupt-jpeg", lambda d: PreadZipDataset(d.zip, keys=around(CORRUPT_MEMBER)), 2, CorruptImageError,
+     [f"damaged.zip:{CORRUPT_MEMBER}.jpg", "Check or regenerate"]),
     # Two shards, so that each of the two workers has one.
     ("tar-truncated", lambda d: TarShardDataset([d.truncated, d.intact], transform=skip_decode), None, ShardError,
      ["shard-000001.tar", "truncated", "Rewrite or re-download it"]),
@@ -245,8 +249,14 @@ def test_zip_member_damage_other_than_crc_names_member_and_archive(tmp_path, sma
     raw = bytearray(path.read_bytes())
     raw[offset : offset + 4] = b"XXXX"  # the local header's signature
     path.write_bytes(bytes(raw))
-    expect_error(lambda: ZipDataset(path)[1], zipfile.BadZipFile,
-                 f"{small_manifest[1].key}.jpg", "header.zip", "python -m zipfile -t")
+    for reader in (ZipDataset, PreadZipDataset):
+        expect_error(lambda: reader(path)[1], zipfile.BadZipFile,
+                     f"{small_manifest[1].key}.jpg", "header.zip", "python -m zipfile -t")
+    # A member whose data runs past the end of the file (a directory that promises more than is there):
+    dataset = PreadZipDataset(path)
+    last = dataset.members[2]
+    dataset.spans[last] = dataset.spans[last][:3] + (path.stat().st_size,) + dataset.spans[last][4:]
+    expect_error(lambda: dataset.read_member(last), zipfile.BadZipFile, "ends inside the member's data", "header.zip")
 
 
 # -------------------------------------------------------- structural damage: raises in both modes
@@ -298,8 +308,9 @@ def test_a_data_root_or_archive_that_does_not_exist_raises_in_both_modes(tmp_pat
     expect_error(lambda: JpegFolderDataset(on_bad_sample=mode), FileNotFoundError, str(nowhere / "images"), "make data")
     expect_error(lambda: RawFolderDataset(nowhere / "raw", on_bad_sample=mode), FileNotFoundError,
                  str(nowhere / "raw"), "does not exist", "packlab.pack")
-    expect_error(lambda: ZipDataset(nowhere / "images.zip", on_bad_sample=mode), FileNotFoundError,
-                 "nowhere/images.zip", "does not exist", "ensure_zip")
+    for reader in (ZipDataset, PreadZipDataset):
+        expect_error(lambda: reader(nowhere / "images.zip", on_bad_sample=mode), FileNotFoundError,
+                     "nowhere/images.zip", "does not exist", "ensure_zip")
     # Shards are opened when read (they may be URLs): a missing one raises then, also in skip mode.
     expect_error(lambda: list(TarShardDataset([nowhere / "shard-000000.tar"], on_bad_sample=mode)), ShardError,
                  "nowhere/shard-000000.tar", "Check the shard list or pattern")
@@ -335,6 +346,19 @@ def skip_datasets(d):
         RawFolderDataset(d.raw, root=d.root, keys=keys_in(RAW_KEYS), return_key=True, on_bad_sample="skip"),
         ZipDataset(d.zip, keys=keys_in(ZIP_KEYS), return_key=True, on_bad_sample="skip"),
     ]
+
+
+def test_skip_mode_pread_zip_skips_and_counts_like_zip_dataset(damaged, small_manifest, reference):
+    dataset = PreadZipDataset(damaged.zip, keys=keys_in(ZIP_KEYS), return_key=True, on_bad_sample="skip")
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, multiprocessing_context="fork", timeout=TIMEOUT,
+                        collate_fn=collate_skipping_bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BadSampleWarning)
+        records = audit.records_from_batches(loader)
+    zip_samples = [s for s in small_manifest if int(s.key) in ZIP_KEYS]
+    report = audit.audit_epoch(records, good_samples(zip_samples, [BAD_CRC, CORRUPT_MEMBER]), reference)
+    assert report.ok, report.summary()
+    assert dataset.skip_counter.by_reason() == {"unreadable member": 1, "corrupt image": 1}
 
 
 MAP_STYLE_BAD = {

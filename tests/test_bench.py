@@ -19,6 +19,7 @@ from packlab.bench import (
     run_until_error,
     time_loader,
     time_per_item,
+    verdict,
 )
 
 
@@ -125,14 +126,21 @@ def test_the_benchmark_writes_every_ratio_and_a_plot(small_root, tmp_path):
 
 def test_interleaved_runs_take_turns_and_spreads_summarise_them():
     order = []
-    results = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=3)
-    assert order == ["a", "b"] * 3
-    assert results == {"a": [1.0] * 3, "b": [2.0] * 3}
+    counters = {"a": iter([3.0, 1.0, 2.0]), "b": iter([10.0, 30.0, 20.0])}
+    spreads = interleaved({name: (lambda name=name: order.append(name) or next(counters[name])) for name in counters},
+                          rounds=3)
+    assert order == ["a", "b"] * 3  # one of each per round, not all of one first
+    assert list(spreads["a"]) == [3.0, 1.0, 2.0] and len(spreads["b"]) == 3  # a spread iterates its values
+    assert (spreads["a"].median, spreads["a"].low, spreads["a"].high) == (2.0, 1.0, 3.0)
+    assert f"{spreads['b']}" == "20 (10\u201330)" and str(spreads["b"]) == "20 (10\u201330)"
     spread = Spread.of([3.0, 1.0, 2.0, 10.0])
     assert (spread.median, spread.low, spread.high) == (2.5, 1.0, 10.0)
     assert Spread.of([5, 1, 3]).format(".1f") == "3.0 (1.0\u20135.0)"
+    assert Spread.of(1e3 * v for v in Spread.of([0.001, 0.002])).format() == "2 (1\u20132)"
     with pytest.raises(ValueError):
         Spread.of([])
+    with pytest.raises(ValueError):
+        interleaved({"a": lambda: 1.0}, rounds=0)
 
 
 def test_compare_says_no_clear_difference_when_ranges_overlap():
@@ -143,3 +151,6 @@ def test_compare_says_no_clear_difference_when_ranges_overlap():
     assert ratio_words(Spread.of([30, 31, 32]), Spread.of([10, 11, 12])) == "2.8 times faster"
     assert ratio_words(Spread.of([10, 11, 12]), Spread.of([30, 31, 32]), "larger", "smaller") == "2.8 times smaller"
     assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
+    assert verdict(Spread.of([10, 11, 12]), Spread.of([1, 2, 3]), "faster", "slower") == "faster"
+    assert verdict(Spread.of([1, 2, 3]), Spread.of([10, 11, 12]), "faster", "slower") == "slower"
+    assert verdict(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"

@@ -4,8 +4,10 @@ ZipDataset must never read through a handle another process opened (even when th
 used it before the workers started), must close its workers' handles when they exit, and
 must pickle without its handle. The tests read a slice of the dataset, packed into small
 archives in a temporary folder so they do not depend on the course's cached 2 GB raw zip.
-Exactly-once epochs under every start method are in test_start_methods.py; bad input
-(corrupt, missing and damaged files) is in test_bad_input.py.
+PreadZipDataset reads with os.pread, so the descriptor it opens in ``__init__`` may be
+shared with forked workers; it must deliver the same samples as ZipDataset, stored or
+deflated. Exactly-once epochs under every start method are in test_start_methods.py; bad
+input (corrupt, missing and damaged files) is in test_bad_input.py.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import audit, data, pack
-from packlab.loaders import JpegFolderDataset, ZipDataset, open_archive_in_worker
+from packlab.loaders import JpegFolderDataset, PreadZipDataset, ZipDataset, open_archive_in_worker
 
 WORKERS = 4
 SLICE_STEP = 32  # every 32nd sample: 313 samples spread over the whole dataset
@@ -122,6 +124,48 @@ def test_zip_dataset_pickles_without_its_handle(small_zips):
     assert torch.equal(clone[3][0], dataset[3][0])
     dataset.close()
     clone.close()
+
+
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_pread_zip_dataset_reads_what_zip_dataset_reads(tmp_path, subset, compression):
+    path = pack.write_zip(tmp_path / f"{compression}.zip", samples=subset[:12], compression=compression, progress=False)
+    with ZipDataset(path, return_key=True) as reference, PreadZipDataset(path, return_key=True) as pread:
+        assert pread.keys == reference.keys and pread.labels == reference.labels
+        for i in range(len(reference)):
+            assert torch.equal(pread[i][0], reference[i][0]) and pread[i][1:] == reference[i][1:]
+            assert pread.read_member(pread.members[i]) == reference.read_member(reference.members[i])
+
+
+def test_pread_zip_dataset_shares_its_descriptor_with_forked_workers(small_zips, subset, reference):
+    """Opened in __init__ and used by the parent first, like NaiveZipDataset, yet correct: pread has no shared offset."""
+    dataset = PreadZipDataset(small_zips["raw"], return_key=True)
+    dataset[0]
+    inherited = dataset.open()
+    audit_with_workers(dataset, subset, reference, "fork", shuffle=True)
+    assert dataset.open() is inherited  # the parent's file was never replaced
+    dataset.close()
+    assert inherited.closed and dataset[1][2] == subset[1].key  # reopens on demand
+
+
+def test_pread_zip_dataset_pickles_without_its_file(small_zips):
+    dataset = PreadZipDataset(small_zips["jpeg"])
+    clone = pickle.loads(pickle.dumps(dataset))
+    assert clone._archive is None and torch.equal(clone[3][0], dataset[3][0])
+    dataset.close()
+    clone.close()
+
+
+def test_pread_zip_dataset_finds_data_behind_a_local_extra_field_of_another_length(small_zips):
+    """The central directory's extra field is only a guess at the local one: a wrong guess costs a second read."""
+    dataset = PreadZipDataset(small_zips["jpeg"])
+    member = dataset.members[2]
+    expected = dataset.read_member(member)
+    offset, name, extra, stored_size, size, crc, method = dataset.spans[member]
+    for wrong in (extra + 9, 0 if extra else None):
+        if wrong is not None:
+            dataset.spans[member] = (offset, name, wrong, stored_size, size, crc, method)
+            assert dataset.read_member(member) == expected
+    dataset.close()
 
 
 def test_stage_cost_plot_has_units_and_every_stage():

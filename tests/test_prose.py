@@ -108,3 +108,11 @@ def test_figures_binds_names_where_the_caller_reads_them(monkeypatch):
     prose.figures(cited_rate="452", cited_count=3)
     assert (cited_rate, cited_count) == ("452", 3)  # noqa: F821 - bound by figures() in this module's globals
     assert glued == {"cited_rate": ("452", False), "cited_count": (3, False)}
+
+
+def test_listing_shows_dedented_sources_of_what_it_is_given():
+    from packlab.loaders import ZipDataset
+
+    shown = prose.listing(ZipDataset.close, ZipDataset.__getstate__).data
+    assert shown.startswith("```python\ndef close(self)") and shown.endswith("```")
+    assert "\ndef __getstate__(self)" in shown

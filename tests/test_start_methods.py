@@ -30,7 +30,14 @@ from torch.utils.data import ChainDataset, ConcatDataset, DataLoader
 
 from packlab import audit, exercises, formats, grade, grading, pack, paths
 from packlab.bench import run_until_error
-from packlab.loaders import JpegFolderDataset, NaiveZipDataset, RawFolderDataset, TarShardDataset, ZipDataset
+from packlab.loaders import (
+    JpegFolderDataset,
+    NaiveZipDataset,
+    PreadZipDataset,
+    RawFolderDataset,
+    TarShardDataset,
+    ZipDataset,
+)
 
 START_METHODS = ["fork", "spawn", "forkserver"]
 WORKERS = 2
@@ -106,7 +113,9 @@ def solutions(tmp_path_factory):
     importlib.invalidate_caches()
     classes, modules = {}, []
     for path in exercises.solution_notebooks():
-        names = SOLUTION_CLASSES[path.stem]
+        names = SOLUTION_CLASSES.get(path.stem)
+        if not names:  # a solution that defines no dataset (test_every_dataset_class... checks that it does not)
+            continue
         module = importlib.import_module(solution_module(path, names, folder))
         modules.append(module.__name__)
         classes.update({f"{path.stem} {name}": getattr(module, name) for name in names})
@@ -146,6 +155,7 @@ def map_style(small_root, packed, solutions):
         "RawFolderDataset": RawFolderDataset(packed["raw_folder"], root=small_root, return_key=True),
         "ZipDataset, jpeg members": ZipDataset(packed["jpeg_zip"], return_key=True),
         "ZipDataset, raw members": ZipDataset(packed["raw_zip"], return_key=True),
+        "PreadZipDataset, jpeg members": PreadZipDataset(packed["jpeg_zip"], return_key=True),
         "solution 01 JpegFolderDataset": solution_jpeg,
         "solution 03 PerWorkerZipDataset": solutions["03_per_worker_zip PerWorkerZipDataset"](
             packed["jpeg_zip"], return_key=True),

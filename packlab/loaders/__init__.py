@@ -10,7 +10,7 @@ with the ``webdataset`` library).
 """
 
 from packlab.loaders.folder import FileFolderDataset, JpegFolderDataset, RawFolderDataset
-from packlab.loaders.zip import NaiveZipDataset, ZipDataset, open_archive_in_worker
+from packlab.loaders.zip import NaiveZipDataset, PreadZipDataset, ZipDataset, open_archive_in_worker
 from packlab.loaders.tar import TarShardDataset
 from packlab.loaders.skipping import BadSampleWarning, SkipCounter, SkippedSample, collate_skipping_bad
 from packlab.loaders.batching import collate_uint8_images

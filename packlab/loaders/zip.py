@@ -22,6 +22,12 @@ open file cannot be pickled (``TypeError``). Chapter 3 shows both failures with
 * :meth:`ZipDataset.close` closes this process's handle, and a finalizer closes it when
   the dataset is garbage-collected or the process exits.
 
+:class:`PreadZipDataset` avoids the shared offset altogether: it finds every member's
+offset once, in ``__init__``, and reads each with one ``os.pread``, a system call that
+names its own offset. Nothing then depends on where the file's offset is, so even a
+descriptor inherited through ``fork`` is safe, and a read skips the work
+:meth:`zipfile.ZipFile.read` does per member (chapter 2 measures both).
+
 A damaged member (bad CRC-32, damaged header, bad compressed data) or one that does not
 decode raises an error naming the member and the archive; with ``on_bad_sample="skip"``
 it is skipped and counted instead (see :mod:`packlab.loaders.skipping`).
@@ -32,6 +38,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import struct
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -45,7 +52,7 @@ from torch.utils.data import Dataset, get_worker_info
 from packlab.data import DatasetError
 from packlab.loaders.skipping import BadSampleHandling
 from packlab.pack import ZIP_LABELS_MEMBER
-from packlab.storage import open_local
+from packlab.storage import open_local, read_at
 from packlab.transforms import CorruptImageError, pixels_to_tensor, standard_transform
 
 #: How each member kind becomes the standard 3x256x256 float tensor, by file extension.
@@ -72,13 +79,7 @@ class _ZipFileOwningItsFile(zipfile.ZipFile):
 
 def open_archive(path: Path, opener: Callable[[str], BinaryIO] = open_local) -> zipfile.ZipFile:
     """Open ``path`` for reading through ``opener``, with errors that name the archive and say what to do."""
-    try:
-        fileobj = opener(str(path))
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"zip archive {path} does not exist. Write it with packlab.pack.ensure_zip() "
-            "(or packlab.pack.write_zip()), or check the path."
-        ) from None
+    fileobj = _open_file(path, opener)
     try:
         return _ZipFileOwningItsFile(fileobj)
     except zipfile.BadZipFile as exc:
@@ -86,6 +87,16 @@ def open_archive(path: Path, opener: Callable[[str], BinaryIO] = open_local) -> 
         raise zipfile.BadZipFile(
             f"{path} is not a readable zip archive ({exc}). It may be truncated or not a zip at all; "
             "rewrite it with packlab.pack.write_zip()."
+        ) from None
+
+
+def _open_file(path: Path, opener: Callable[[str], BinaryIO]) -> BinaryIO:
+    try:
+        return opener(str(path))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"zip archive {path} does not exist. Write it with packlab.pack.ensure_zip() "
+            "(or packlab.pack.write_zip()), or check the path."
         ) from None
 
 
@@ -125,6 +136,13 @@ def read_index(archive: zipfile.ZipFile, path: Path) -> tuple[list[str], list[st
         )
     keys = sorted(labels)
     return keys, [members[k] for k in keys], [labels[k] for k in keys]
+
+
+def _unreadable_member(name: str, path: Path, problem) -> zipfile.BadZipFile:
+    return zipfile.BadZipFile(
+        f"cannot read member {name!r} of {path}: {problem}. Test the archive with "
+        f"`python -m zipfile -t {path}`; if it is damaged, rewrite it with packlab.pack.write_zip()."
+    )
 
 
 class _ZipIndex(Dataset):
@@ -220,10 +238,11 @@ class ZipDataset(_ZipIndex, BadSampleHandling):
         if self._archive is None or self._archive_pid != pid:
             archive = open_archive(self.path, self.opener)
             self._archive, self._archive_pid = archive, pid
-            # atexit handlers do not run in multiprocessing children (they end with
-            # os._exit); multiprocessing's own exit finalizers do, in workers and in the
-            # main process alike. A forked child starts with an empty finalizer registry,
-            # so it never closes its parent's handle.
+            # atexit handlers do not run in fork and forkserver children, which leave
+            # through os._exit (spawn children end with sys.exit, and do run them);
+            # multiprocessing's own exit finalizers run under every start method, in
+            # workers and in the main process alike. A forked child starts with an empty
+            # finalizer registry, so it never closes its parent's handle.
             self._finalizer = mp_util.Finalize(self, archive.close, exitpriority=10)
         return self._archive
 
@@ -252,10 +271,7 @@ class ZipDataset(_ZipIndex, BadSampleHandling):
         try:
             return self.open().read(name)
         except (zipfile.BadZipFile, zlib.error) as exc:
-            raise zipfile.BadZipFile(
-                f"cannot read member {name!r} of {self.path}: {exc}. Test the archive with "
-                f"`python -m zipfile -t {self.path}`; if it is damaged, rewrite it with packlab.pack.write_zip()."
-            ) from exc
+            raise _unreadable_member(name, self.path, exc) from exc
 
     def __getitem__(self, index: int):
         name = self.members[index]
@@ -318,3 +334,94 @@ class NaiveZipDataset(_ZipIndex):
 
     def __getitem__(self, index: int):
         return self._sample(index, self.read_member(self.members[index]))
+
+
+# ---------------------------------------------------------------- positional reads
+
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, then (after 22 bytes) name and extra-field lengths
+_LOCAL_SIGNATURE = b"PK\x03\x04"
+_READABLE_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+
+
+def member_span(info: zipfile.ZipInfo, path: Path) -> tuple:
+    """Where a member lies and how to check it: what :class:`PreadZipDataset` keeps per sample.
+
+    ``(header_offset, name_bytes, extra_length, stored_size, size, crc, method)``. The
+    local header repeats the name and usually the central directory's extra field, so
+    header and data are expected at ``header_offset`` in ``30 + len(name) + extra``
+    plus ``stored_size`` bytes; the reader checks that against the header it reads.
+    """
+    if info.compress_type not in _READABLE_METHODS or info.flag_bits & 0x1:
+        raise DatasetError(
+            f"{path}: member {info.filename!r} is encrypted or compressed with method {info.compress_type}; "
+            "PreadZipDataset reads stored and deflated members. Rewrite the archive with packlab.pack.write_zip()."
+        )
+    name = info.filename.encode("ascii" if info.filename.isascii() else "utf-8")
+    return (info.header_offset, name, len(info.extra), info.compress_size, info.file_size, info.CRC,
+            info.compress_type)
+
+
+class PreadZipDataset(ZipDataset):
+    """A :class:`ZipDataset` that reads every member with one positional read (``os.pread``).
+
+    ``ZipFile.read`` does a lot per member: it seeks to the local header and reads it,
+    checks its signature and name, wraps the data in a new ``ZipExtFile``, seeks again and
+    reads the data, and updates a CRC-32 over it, all through the file's shared offset.
+    This reader looks every member up once, when the index is read (:func:`member_span`),
+    and then reads header and data of a member with *one* ``os.pread``, which carries its
+    own offset. It still checks the local header's signature and name, and the CRC-32
+    unless ``check_crc=False``.
+
+    Because ``pread`` neither uses nor moves the file offset, the file is opened in
+    ``__init__`` and shared: forked DataLoader workers use the inherited descriptor
+    safely (contrast :class:`NaiveZipDataset`). Pickling (spawn, forkserver) leaves the
+    file out, and the copy opens its own on first use. Same samples, arguments and
+    errors as :class:`ZipDataset`; ``opener`` must return a file with a descriptor
+    (``fileno()``) or a ``pread(size, offset)`` method, as
+    :meth:`packlab.storage.NetworkFSModel.open` does.
+    """
+
+    def __init__(self, path: Path | str, *, check_crc: bool = True, **kwargs):
+        super().__init__(path, **kwargs)
+        self.check_crc = check_crc
+        self.open()  # opened here, in the parent, and shared with forked workers: safe with pread
+
+    def _set_index(self, archive: zipfile.ZipFile, keys, transform, return_key: bool) -> None:
+        super()._set_index(archive, keys, transform, return_key)
+        self.spans = {name: member_span(archive.getinfo(name), self.path) for name in self.members}
+
+    def open(self) -> BinaryIO:
+        """The open archive file: this process's, or one inherited through ``fork`` (safe, see above)."""
+        if self._archive is None:
+            self._archive = _open_file(self.path, self.opener)
+            self._archive_pid = os.getpid()
+            self._finalizer = mp_util.Finalize(self, self._archive.close, exitpriority=10)
+        return self._archive
+
+    def read_member(self, name: str) -> bytes:
+        """One member's bytes, checked; a damaged member raises ``BadZipFile`` naming it and the archive."""
+        offset, name_bytes, extra, stored_size, size, crc, method = self.spans[name]
+        expected_header = 30 + len(name_bytes) + extra
+        blob = read_at(self.open(), offset, expected_header + stored_size)  # header and data, one request
+        if len(blob) < 30:
+            raise _unreadable_member(name, self.path, "the archive ends inside its local header")
+        signature, name_length, extra_length = _LOCAL_HEADER.unpack_from(blob)
+        if signature != _LOCAL_SIGNATURE:
+            raise _unreadable_member(name, self.path, "bad magic number for file header")
+        if blob[30 : 30 + name_length] != name_bytes:
+            raise _unreadable_member(name, self.path, "the local header names another member")
+        start = 30 + name_length + extra_length
+        if start == expected_header:
+            data = blob[start:]
+        else:  # the local extra field differs from the central one: one more read, at the right place
+            data = read_at(self.open(), offset + start, stored_size)
+        if len(data) != stored_size:
+            raise _unreadable_member(name, self.path, "the archive ends inside the member's data")
+        if method == zipfile.ZIP_DEFLATED:
+            try:
+                data = zlib.decompress(data, -zlib.MAX_WBITS)  # raw deflate, as zip stores it
+            except zlib.error as exc:
+                raise _unreadable_member(name, self.path, f"bad compressed data ({exc})") from exc
+        if len(data) != size or (self.check_crc and zlib.crc32(data) != crc):
+            raise _unreadable_member(name, self.path, f"Bad CRC-32 for file {name!r}")
+        return data
