@@ -124,40 +124,42 @@ def write_shard(samples: Iterable[tuple[str, SampleFiles]], output: Path | str) 
     return count
 
 
-def _map_one(fn: Callable[[RawSample], SampleFiles], source: str, output: str) -> ShardResult:
-    """Read one input shard, apply ``fn`` to each sample, write its output shard (or skip it)."""
+def _transformed(fn: Callable[[RawSample], SampleFiles], samples: Iterable[RawSample]) -> Iterator[tuple[str, SampleFiles]]:
+    """``(key, fn(sample))`` for each sample; a failure names the sample it failed on."""
+    for sample in samples:
+        try:
+            files = fn(sample)
+        except Exception as exc:
+            raise PreprocessError(
+                f"preprocessing sample {sample.source} failed: {type(exc).__name__}: {exc}. No output was "
+                "written for its shard; shards already done are kept."
+            ) from None
+        if not isinstance(files, dict) or not files or not all(isinstance(v, bytes) for v in files.values()):
+            raise PreprocessError(
+                f"the per-sample function returned {type(files).__name__} for {sample.source}: it must return "
+                "a dict of extension -> bytes, e.g. {'cls': b'3', 'raw': pixels.tobytes()}"
+            )
+        yield sample.key, files
+
+
+def preprocess_shard(fn: Callable[[RawSample], SampleFiles], source: str, output: str) -> ShardResult:
+    """One task of :func:`map_shards`: read one input shard, apply ``fn`` to each sample, write one output shard."""
     start = time.perf_counter()
-    if os.path.exists(output):
-        return ShardResult(source, output, 0, time.perf_counter() - start, os.getpid(), skipped=True)
-
-    def transformed() -> Iterator[tuple[str, SampleFiles]]:
-        for sample in iter_shard_samples(source):
-            try:
-                files = fn(sample)
-            except Exception as exc:
-                raise PreprocessError(
-                    f"preprocessing sample {sample.source} failed: {type(exc).__name__}: {exc}. "
-                    f"No output was written for input shard {source}; shards already done are kept."
-                ) from None
-            if not isinstance(files, dict) or not files or not all(isinstance(v, bytes) for v in files.values()):
-                raise PreprocessError(
-                    f"the per-sample function returned {type(files).__name__} for {sample.source}: it must return "
-                    "a dict of extension -> bytes, e.g. {'cls': b'3', 'raw': pixels.tobytes()}"
-                )
-            yield sample.key, files
-
+    if os.path.exists(output):  # written completely by an earlier run (outputs appear only when whole)
+        return ShardResult(source, output, 0, 0.0, os.getpid(), skipped=True)
+    samples = iter_shard_samples(source)  # sequential, front to back
     try:
-        count = write_shard(transformed(), output)
+        count = write_shard(_transformed(fn, samples), output)  # temporary name, renamed when complete
     except ShardError as exc:
         raise PreprocessError(
-            f"input shard {source} cannot be read: {exc} No output was written for it; shards already done are kept. "
-            "Re-create or remove that input, then run again."
+            f"input shard {source} cannot be read: {exc} No output was written for it; shards already done "
+            "are kept. Re-create or remove that input, then run again."
         ) from None
     return ShardResult(source, output, count, time.perf_counter() - start, os.getpid(), skipped=False)
 
 
-def _map_one_job(job: tuple) -> ShardResult:
-    return _map_one(*job)
+def _preprocess_job(job: tuple) -> ShardResult:
+    return preprocess_shard(*job)
 
 
 # ------------------------------------------------------------------ many shards
@@ -298,12 +300,12 @@ def map_shards(
     start = time.perf_counter()
     try:
         if processes == 1:
-            finished: Iterable[ShardResult] = map(_map_one_job, jobs)
+            finished: Iterable[ShardResult] = map(_preprocess_job, jobs)
             results = _collect(finished, bar, start)
         else:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             with multiprocessing.get_context(method).Pool(processes) as pool:
-                results = _collect(pool.imap_unordered(_map_one_job, jobs, chunksize=1), bar, start)
+                results = _collect(pool.imap_unordered(_preprocess_job, jobs, chunksize=1), bar, start)
     except BaseException:
         # A failed shard ends the pool, killing the shards still being written: clear their temporary files.
         remove_stale_partials(outputs)
