@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 import traceback
 import warnings
@@ -218,6 +219,95 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
             fn(item)
         best = min(best, time.perf_counter() - start)
     return best / len(items)
+
+
+# ------------------------------------------------ repeated, interleaved measurements
+#
+# The chapters' rule for a conclusion drawn from timings: the median of at least three
+# runs of each candidate, interleaved (A, B, A, B, A, B rather than A, A, A, B, B, B, so
+# that a change in the machine's load hits every candidate alike), with the range shown,
+# and "no clear difference" when the ranges overlap.
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: the median a sentence follows, and the range it shows."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def overlaps(self, other: Spread) -> bool:
+        """True when the two ranges (min to max) share any value: no clear difference."""
+        return self.low <= other.high and other.low <= self.high
+
+    def scaled(self, factor: float) -> Spread:
+        """The same measurements in other units (``factor=1e3``: seconds to milliseconds)."""
+        return Spread(tuple(v * factor for v in self.values))
+
+    def text(self, fmt: str = ".0f") -> str:
+        """The median and the range, e.g. ``"452 (409–470)"``."""
+        return f"{self.median:{fmt}} ({self.low:{fmt}}–{self.high:{fmt}})"
+
+    def __format__(self, spec: str) -> str:
+        return self.text(spec or ".0f")
+
+
+def interleaved(measures: dict[str, Callable[[], float]], runs: int = 3) -> dict[str, Spread]:
+    """Call each of ``measures`` once per round, in turn, for ``runs`` rounds: ``{name: Spread}``.
+
+    Each measure returns one number (images/s, seconds, ...), e.g.
+    ``lambda: time_loader(make_loader(), epochs=1).images_per_s``.
+    """
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    values: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(runs):
+        for name, measure in measures.items():
+            values[name].append(float(measure()))
+    return {name: Spread(tuple(v)) for name, v in values.items()}
+
+
+def repeat(measure: Callable[[], float], runs: int = 5) -> Spread:
+    """``runs`` calls of one measure, e.g. the seconds one ``zipfile.ZipFile(path).close()`` takes."""
+    return interleaved({"": measure}, runs)[""]
+
+
+def seconds_of(fn: Callable[[], object]) -> Callable[[], float]:
+    """A measure for :func:`interleaved`: the wall-clock seconds one call of ``fn()`` takes."""
+
+    def measure() -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return measure
+
+
+def verdict(a: Spread, b: Spread, more: str = "more", less: str = "less", same: str = "no clear difference") -> str:
+    """How ``a`` compares with ``b`` in words: ``same`` when the ranges overlap, else ``more`` or ``less``."""
+    if a.overlaps(b):
+        return same
+    return more if a.median > b.median else less
+
+
+def spread_table(spreads: dict[str, Spread], quantity: str = "images/s", fmt: str = ".0f", label: str = "loader"):
+    """``{name: Spread}`` as a Markdown table: median, min–max and number of runs per row."""
+    return markdown_table([
+        {label: name, f"{quantity}, median": f"{s.median:{fmt}}", "min–max": f"{s.low:{fmt}}–{s.high:{fmt}}",
+         "runs": len(s.values)}
+        for name, s in spreads.items()
+    ])
 
 
 # ---------------------------------------------------------- the benchmark suite (make bench)

@@ -110,3 +110,19 @@ def test_the_benchmark_writes_every_ratio_and_a_plot(small_root, tmp_path):
     assert all(r["workers"] in (0, 2) for r in written["runs"])
     assert written["small_files"]["modelled_files_per_s"]["tar"] > 0
     assert "decode ceiling" in format_benchmark(results) and any("ratios" in line for line in lines)
+
+
+def test_interleaved_runs_take_turns_and_summarise_median_and_range():
+    from packlab.bench import Spread, interleaved, verdict
+
+    calls = []
+    counters = {"a": iter([3.0, 1.0, 2.0]), "b": iter([10.0, 30.0, 20.0])}
+    spreads = interleaved({name: (lambda name=name: calls.append(name) or next(counters[name])) for name in counters}, 3)
+    assert calls == ["a", "b", "a", "b", "a", "b"]  # one of each per round, not all of one first
+    assert (spreads["a"].median, spreads["a"].low, spreads["a"].high) == (2.0, 1.0, 3.0)
+    assert f"{spreads['b']}" == "20 (10–30)" and spreads["b"].text(".1f") == "20.0 (10.0–30.0)"
+    assert verdict(spreads["b"], spreads["a"], "faster", "slower") == "faster"
+    assert verdict(spreads["a"], spreads["b"], "faster", "slower") == "slower"
+    assert verdict(Spread((1.0, 5.0)), Spread((4.0, 9.0))) == "no clear difference"  # ranges overlap
+    with pytest.raises(ValueError):
+        interleaved({"a": lambda: 1.0}, runs=0)
