@@ -5,11 +5,27 @@ the first epoch), one open and one read per image cost microseconds, and packing
 small files into a few big ones seems to make no difference. Training data rarely lives
 there. Two tools to see what changes when storage is slow:
 
-**Cold reads.** :func:`drop_from_page_cache` asks the kernel to forget the cached pages of
-given files (``posix_fadvise(POSIX_FADV_DONTNEED)``; Linux, no root needed for files you
-can open). The next read comes from the disk. What that costs depends entirely on the
-disk: an NVMe SSD serves small random reads fast, a spinning disk or a cloud volume does
-not. Pages that another process keeps mapped, or that are dirty, stay cached.
+**Cold reads.** :func:`make_cold` makes the next read of some files come from the disk,
+at one of two levels (:data:`COLD_LEVELS`), and :func:`cold_levels` says which this
+process can use:
+
+* ``"data pages"``: the files' cached bytes are dropped
+  (``posix_fadvise(POSIX_FADV_DONTNEED)``; Linux, no root needed for files you can open).
+  The kernel's caches of directory entries (dentries) and inodes are left as they were,
+  so ``open`` and ``stat`` still answer from memory: only the *reads* are cold. Pages
+  that another process keeps mapped, or that are dirty, stay cached.
+* ``"all caches"``: ``sync``, then ``3`` written to ``/proc/sys/vm/drop_caches``, which
+  frees the whole machine's clean page cache and its reclaimable dentries and inodes
+  (the kernel's ``Documentation/admin-guide/sysctl/vm.rst``). Now a path lookup reads
+  directory blocks and an ``open`` reads the inode from the disk too. Root only, and it
+  slows down everything else on the machine for a while: use it on a machine of your own
+  (CI runs as root).
+
+What a cold read costs depends entirely on the disk: an NVMe SSD serves small random
+reads fast, a spinning disk or a cloud volume does not. Read in the order training reads
+(shuffled, for a map-style dataset): reading files or members in order lets the
+kernel's read-ahead fetch the next ones early, which a shuffled epoch does not allow.
+:func:`cold_read_seconds` times one read function from a cold start.
 
 **A latency model of a shared network filesystem.** :class:`NetworkFSModel` wraps every
 file a loader opens so that, in this process, each ``open`` and each read *request*
@@ -32,6 +48,10 @@ measurement; its parameters are stated, and you can set your own (see
 The model treats every loader the same way, because every loader reads through the
 ``opener`` it is given; only the pattern differs. A folder of JPEGs costs one open and
 one request per image; a tar shard one open per shard and one request per MiB.
+
+**Positional reads.** :func:`read_at` reads a byte range at an offset without using or
+moving the file's offset (``os.pread``; a modelled file charges its delays for it), for
+readers that must not share an offset with other processes.
 """
 
 from __future__ import annotations
@@ -39,7 +59,7 @@ from __future__ import annotations
 import io
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -53,15 +73,37 @@ def open_local(path: str | Path) -> BinaryIO:
 
 # ----------------------------------------------------------------- cold reads
 
+WARM = "warm"  # nothing dropped: whatever the caches hold from earlier reads
+DATA_PAGES = "data pages"
+ALL_CACHES = "all caches"
+#: What each level of :func:`make_cold` drops, weakest first.
+COLD_LEVELS = {
+    DATA_PAGES: "the files' cached pages dropped (posix_fadvise); dentries and inodes still cached",
+    ALL_CACHES: "page cache, dentries and inodes dropped (sync; echo 3 > /proc/sys/vm/drop_caches)",
+}
+_DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
 
 def page_cache_control_available() -> bool:
     """Whether this OS lets :func:`drop_from_page_cache` work (``posix_fadvise``: Linux and some BSDs)."""
     return hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
 
 
+def all_caches_control_available() -> bool:
+    """Whether this process may drop every cache of the machine (root on Linux): :func:`drop_all_caches`."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and _DROP_CACHES.exists() and os.access(_DROP_CACHES, os.W_OK)
+
+
+def cold_levels() -> list[str]:
+    """The levels of :data:`COLD_LEVELS` that :func:`make_cold` can use in this process, weakest first."""
+    available = {DATA_PAGES: page_cache_control_available(), ALL_CACHES: all_caches_control_available()}
+    return [level for level in COLD_LEVELS if available[level]]
+
+
 def drop_from_page_cache(files: Iterable[Path | str]) -> int:
     """Ask the kernel to drop the cached pages of ``files``; return their total size in bytes.
 
+    Only the files' data: the dentries and inodes that let ``open`` find them stay cached.
     Raises :class:`OSError` naming the platform when it has no ``posix_fadvise``.
     """
     if not page_cache_control_available():
@@ -78,6 +120,48 @@ def drop_from_page_cache(files: Iterable[Path | str]) -> int:
         finally:
             os.close(fd)
     return total
+
+
+def drop_all_caches() -> None:
+    """Write dirty pages out (``sync``), then drop the machine's page cache, dentries and inodes.
+
+    Root only (Linux). Every process on the machine reads from the disk again afterwards.
+    """
+    if not all_caches_control_available():
+        raise PermissionError(
+            f"dropping every cache needs root on Linux (writing 3 to {_DROP_CACHES}); "
+            f"use make_cold(files, {DATA_PAGES!r}) to drop just the files' pages instead."
+        )
+    os.sync()  # drop_caches only frees clean pages
+    _DROP_CACHES.write_text("3\n")
+
+
+def make_cold(files: Iterable[Path | str], level: str = DATA_PAGES) -> None:
+    """Make the next read of ``files`` come from the disk, at ``level`` (see :data:`COLD_LEVELS`).
+
+    ``"data pages"`` drops the files' cached bytes; ``"all caches"`` drops everything the
+    kernel caches for every file of the machine (``files`` is then not needed), so
+    opening a file reads its directory entry and inode from the disk too.
+    """
+    if level == DATA_PAGES:
+        drop_from_page_cache(files)
+    elif level == ALL_CACHES:
+        drop_all_caches()
+    else:
+        raise ValueError(f"level must be one of {list(COLD_LEVELS)}, got {level!r}")
+
+
+def cold_read_seconds(read: Callable[[], object], files: Sequence[Path | str], level: str = DATA_PAGES) -> float:
+    """Seconds one call of ``read()`` takes right after :func:`make_cold` (``files``, ``level``).
+
+    Open what must be open *before* (an archive's central directory, say), inside ``read``
+    what an epoch pays for each time. With ``level="warm"`` (:data:`WARM`) nothing is dropped.
+    """
+    if level != WARM:
+        make_cold(files, level)
+    start = time.perf_counter()
+    read()
+    return time.perf_counter() - start
 
 
 # ----------------------------------------------------------- network filesystem model
@@ -149,6 +233,36 @@ def predict_reading(model: NetworkFSModel, file_sizes: Sequence[int], shard_size
     }
 
 
+def read_at(file: BinaryIO, offset: int, size: int) -> bytes:
+    """``size`` bytes of ``file`` from ``offset`` (fewer at the end of the file); the file's offset is not used.
+
+    A local file is read with ``os.pread`` on its descriptor: one system call that names
+    its own offset, so processes sharing the descriptor (after ``fork``) cannot disturb
+    each other. A file opened by :meth:`NetworkFSModel.open` is read with its ``pread``,
+    which charges the model's delays the same way.
+    """
+    pread = getattr(file, "pread", None)
+    if pread is not None:
+        return pread(size, offset)
+    return _pread_fully(file.fileno(), offset, size)
+
+
+def _pread_fully(fd: int, offset: int, size: int) -> bytes:
+    """``os.pread`` until ``size`` bytes or the end of the file (a single call may return fewer)."""
+    data = os.pread(fd, size, offset)
+    if len(data) == size or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 class _DelayedFile(io.RawIOBase):
     """A read-only file whose reads from "the server" sleep as :class:`NetworkFSModel` says.
 
@@ -174,17 +288,37 @@ class _DelayedFile(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
+    def _request_size(self, offset: int) -> int:
+        """The next request's size: doubled while reading continues where the window ends, else the minimum."""
+        sequential = offset == self._window_start + len(self._window)
+        self._request = min(2 * self._request, self._model.max_request) if sequential else self._model.min_request
+        return self._request
+
     def _fetch(self, wanted: int) -> bool:
         """One request at the current position; False at the end of the file."""
-        sequential = self._position == self._window_start + len(self._window)
-        self._request = min(2 * self._request, self._model.max_request) if sequential else self._model.min_request
-        self._raw.seek(self._position)
-        data = self._raw.read(max(self._request, wanted))
+        size = max(self._request_size(self._position), wanted)
+        self._raw.seek(self._position)  # the shared file offset, as a real file's seek + read use it
+        data = self._raw.read(size)
         if not data:
             return False
         time.sleep(self._model.request_seconds(len(data)))
         self._window, self._window_start = data, self._position
         return True
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """``size`` bytes from ``offset`` with ``os.pread``: neither this file's position nor the shared offset moves.
+
+        Bytes inside the last fetched window are free; anything else costs one request
+        (read-ahead as for :meth:`read`), fetched from ``offset`` in one ``pread``.
+        """
+        start = offset - self._window_start
+        if 0 <= start and start + size <= len(self._window):
+            return self._window[start : start + size]
+        data = _pread_fully(self._raw.fileno(), offset, max(self._request_size(offset), size))
+        if data:
+            time.sleep(self._model.request_seconds(len(data)))
+            self._window, self._window_start = data, offset
+        return data[:size]
 
     def readinto(self, buffer) -> int:
         wanted, got = len(buffer), 0

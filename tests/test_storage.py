@@ -83,3 +83,54 @@ def test_the_prediction_counts_opens_requests_and_bytes_per_layout():
     assert predicted["zip_s_per_member"] == pytest.approx(0.001 + 1000 / 1e6)  # at least one read-ahead block
     assert predicted["tar_s_all_shards"] == pytest.approx(2 * 0.002 + 3 * 0.001 + 7000 / 1e6)
     assert predicted["files_per_s"]["tar"] == pytest.approx(10 / predicted["tar_s_all_shards"])
+
+
+# ------------------------------------------------------------- cold levels and positional reads
+
+
+def test_cold_levels_name_what_they_drop_and_refuse_unknown_levels(root):
+    assert list(storage.COLD_LEVELS) == [storage.DATA_PAGES, storage.ALL_CACHES]
+    assert set(storage.cold_levels()) <= set(storage.COLD_LEVELS)
+    files = [data.image_path("000001", root)]
+    with pytest.raises(ValueError, match="level must be one of"):
+        storage.make_cold(files, "lukewarm")
+    assert storage.cold_read_seconds(lambda: files[0].read_bytes(), files, storage.WARM) >= 0
+
+
+def test_dropping_all_caches_needs_root_and_says_what_to_use_instead(monkeypatch):
+    monkeypatch.setattr(storage.os, "geteuid", lambda: 1000)
+    assert storage.ALL_CACHES not in storage.cold_levels()
+    with pytest.raises(PermissionError, match="data pages"):
+        storage.drop_all_caches()
+
+
+def test_dropping_all_caches_syncs_then_writes_3(monkeypatch, tmp_path):
+    """As root: sync first (only clean pages can be dropped), then 3 = page cache + dentries and inodes."""
+    knob = tmp_path / "drop_caches"
+    knob.write_text("")
+    events = []
+    monkeypatch.setattr(storage, "_DROP_CACHES", knob)
+    monkeypatch.setattr(storage.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(storage.os, "sync", lambda: events.append(("sync", knob.read_text())))
+    assert storage.cold_levels()[-1] == storage.ALL_CACHES
+    storage.make_cold([], storage.ALL_CACHES)
+    assert events == [("sync", "")] and knob.read_text() == "3\n"
+
+
+def test_read_at_leaves_the_file_offset_alone_locally_and_in_the_model(root, monkeypatch):
+    path = data.image_path("000005", root)
+    whole = path.read_bytes()
+    with open(path, "rb") as f:
+        f.seek(7)
+        assert storage.read_at(f, 100, 50) == whole[100:150]
+        assert f.tell() == 7 and storage.read_at(f, len(whole) - 10, 50) == whole[-10:]
+    slept = []
+    monkeypatch.setattr(storage.time, "sleep", slept.append)
+    model = storage.NetworkFSModel(min_request=1024)
+    with model.open(path) as f:
+        f.seek(3)
+        assert storage.read_at(f, 2000, 100) == whole[2000:2100]
+        assert storage.read_at(f, 2500, 100) == whole[2500:2600]  # inside the 1 KiB just fetched: free
+        assert f.tell() == 3 and f.read(4) == whole[3:7]
+    requests = slept[1:]  # after the open
+    assert requests[:1] == [pytest.approx(model.request_seconds(1024))] and len(requests) == 2  # then the f.read
