@@ -355,19 +355,24 @@ class _DelayedFile(io.RawIOBase):
         super().close()
 
 
-def probe_open_latency(files: Iterable[Path | str], cold: bool = True) -> dict[str, float]:
+def probe_open_latency(files: Iterable[Path | str], cold: bool | str = True) -> dict:
     """Measure what one open + read + close of each of ``files`` costs on *your* storage.
 
     Run it on a folder on the filesystem you train from (cluster scratch, a network
-    home) to choose :class:`NetworkFSModel` parameters. With ``cold`` (Linux) the files'
-    pages are dropped from the page cache first. Returns median and 90th-percentile
-    seconds per file and the mean file size.
+    home) to choose :class:`NetworkFSModel` parameters. ``cold=True`` (Linux) drops the
+    files' data pages first, so the reads are cold but ``open`` still finds each file in
+    the kernel's caches; ``cold="all caches"`` (root) drops those too, so the open is
+    cold as well; ``cold=False`` measures warm. Returns median and 90th-percentile
+    seconds per file, the mean file size, and the level actually used (``"level"``).
     """
     files = [Path(f) for f in files]
     if not files:
         raise ValueError("no files to probe")
-    if cold and page_cache_control_available():
-        drop_from_page_cache(files)
+    level = WARM if not cold else DATA_PAGES if cold is True else cold
+    if level == DATA_PAGES and not page_cache_control_available():
+        level = WARM  # nothing to drop with on this platform: say so in the result
+    if level != WARM:
+        make_cold(files, level)
     seconds, sizes = [], []
     for path in files:
         start = time.perf_counter()
@@ -376,6 +381,7 @@ def probe_open_latency(files: Iterable[Path | str], cold: bool = True) -> dict[s
         seconds.append(time.perf_counter() - start)
     return {
         "files": len(files),
+        "level": level,
         "median_s": float(np.median(seconds)),
         "p90_s": float(np.percentile(seconds, 90)),
         "mean_bytes": float(np.mean(sizes)),

@@ -71,6 +71,8 @@ def test_probe_reports_per_file_latency(root):
     files = [data.image_path(s.key, root) for s in data.load_manifest(root)[:20]]
     probe = storage.probe_open_latency(files)
     assert probe["files"] == 20 and 0 < probe["median_s"] <= probe["p90_s"]
+    assert probe["level"] == (storage.DATA_PAGES if storage.page_cache_control_available() else storage.WARM)
+    assert storage.probe_open_latency(files, cold=False)["level"] == storage.WARM
     with pytest.raises(ValueError):
         storage.probe_open_latency([])
 
