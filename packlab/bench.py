@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 import traceback
 import warnings
@@ -223,21 +222,30 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
 
 # ------------------------------------------------ repeated, interleaved measurements
 #
-# The chapters' rule for a conclusion drawn from timings: the median of at least three
-# runs of each candidate, interleaved (A, B, A, B, A, B rather than A, A, A, B, B, B, so
-# that a change in the machine's load hits every candidate alike), with the range shown,
-# and "no clear difference" when the ranges overlap.
+# On a shared machine one run of a measurement says little: the load changes from one
+# second to the next. A comparison the prose draws a conclusion from is therefore the
+# median of several runs, interleaved so that a busy minute hits every contender alike,
+# with the range shown; when the ranges overlap there is no clear difference.
 
 
 @dataclass(frozen=True)
 class Spread:
-    """Repeated measurements of one quantity: the median a sentence follows, and the range it shows."""
+    """Repeated measurements of one quantity: their median and their range (min to max)."""
 
     values: tuple[float, ...]
 
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread:
+        values = tuple(float(v) for v in values)
+        if not values:
+            raise ValueError("a spread needs at least one measurement")
+        return cls(values)
+
     @property
     def median(self) -> float:
-        return float(statistics.median(self.values))
+        ordered = sorted(self.values)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
     @property
     def low(self) -> float:
@@ -248,66 +256,46 @@ class Spread:
         return max(self.values)
 
     def overlaps(self, other: Spread) -> bool:
-        """True when the two ranges (min to max) share any value: no clear difference."""
+        """Whether the two ranges share any value (then neither is clearly higher)."""
         return self.low <= other.high and other.low <= self.high
 
-    def scaled(self, factor: float) -> Spread:
-        """The same measurements in other units (``factor=1e3``: seconds to milliseconds)."""
-        return Spread(tuple(v * factor for v in self.values))
+    def format(self, spec: str = ".0f") -> str:
+        """``"452 (430-470)"``: the median, then the range, each formatted with ``spec``."""
+        return f"{self.median:{spec}} ({self.low:{spec}}\u2013{self.high:{spec}})"
 
-    def text(self, fmt: str = ".0f") -> str:
-        """The median and the range, e.g. ``"452 (409–470)"``."""
-        return f"{self.median:{fmt}} ({self.low:{fmt}}–{self.high:{fmt}})"
-
-    def __format__(self, spec: str) -> str:
-        return self.text(spec or ".0f")
+    __str__ = format
 
 
-def interleaved(measures: dict[str, Callable[[], float]], runs: int = 3) -> dict[str, Spread]:
-    """Call each of ``measures`` once per round, in turn, for ``runs`` rounds: ``{name: Spread}``.
-
-    Each measure returns one number (images/s, seconds, ...), e.g.
-    ``lambda: time_loader(make_loader(), epochs=1).images_per_s``.
-    """
-    if runs < 1:
-        raise ValueError("runs must be at least 1")
-    values: dict[str, list[float]] = {name: [] for name in measures}
-    for _ in range(runs):
-        for name, measure in measures.items():
-            values[name].append(float(measure()))
-    return {name: Spread(tuple(v)) for name, v in values.items()}
-
-
-def repeat(measure: Callable[[], float], runs: int = 5) -> Spread:
-    """``runs`` calls of one measure, e.g. the seconds one ``zipfile.ZipFile(path).close()`` takes."""
-    return interleaved({"": measure}, runs)[""]
-
-
-def seconds_of(fn: Callable[[], object]) -> Callable[[], float]:
-    """A measure for :func:`interleaved`: the wall-clock seconds one call of ``fn()`` takes."""
-
-    def measure() -> float:
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-
-    return measure
-
-
-def verdict(a: Spread, b: Spread, more: str = "more", less: str = "less", same: str = "no clear difference") -> str:
-    """How ``a`` compares with ``b`` in words: ``same`` when the ranges overlap, else ``more`` or ``less``."""
+def compare(a: Spread, b: Spread) -> int:
+    """1 if ``a`` is clearly higher than ``b``, -1 if clearly lower, 0 if their ranges overlap."""
     if a.overlaps(b):
-        return same
-    return more if a.median > b.median else less
+        return 0
+    return 1 if a.median > b.median else -1
 
 
-def spread_table(spreads: dict[str, Spread], quantity: str = "images/s", fmt: str = ".0f", label: str = "loader"):
-    """``{name: Spread}`` as a Markdown table: median, min–max and number of runs per row."""
-    return markdown_table([
-        {label: name, f"{quantity}, median": f"{s.median:{fmt}}", "min–max": f"{s.low:{fmt}}–{s.high:{fmt}}",
-         "runs": len(s.values)}
-        for name, s in spreads.items()
-    ])
+def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
+    """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
+    or ``"no clear difference"`` when the ranges overlap (see :func:`compare`)."""
+    verdict = compare(a, b)
+    if verdict == 0:
+        return "no clear difference"
+    ratio = a.median / b.median if verdict > 0 else b.median / a.median
+    return f"{ratio:.1f} times {higher if verdict > 0 else lower}"
+
+
+def interleaved(runs: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, list]:
+    """Call every function of ``runs`` once per round, for ``repeats`` rounds; results by name.
+
+    The order is A, B, C, A, B, C, ... rather than A, A, A, B, B, B, so that a change in the
+    machine's load during the measurement reaches every contender, not only the last one.
+    """
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    results: dict[str, list] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results
 
 
 # ---------------------------------------------------------- the benchmark suite (make bench)
@@ -683,3 +671,50 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ------------------------------------------------------------ repeated, interleaved runs
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Several measurements of one quantity: the median, and the range they spanned."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        import statistics
+
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def overlaps(self, other: Spread) -> bool:
+        """True when the two ranges overlap: then the runs do not tell the two apart."""
+        return self.low <= other.high and other.low <= self.high
+
+    def format(self, spec: str = ".0f") -> str:
+        """``median (low–high)``, each formatted with ``spec``."""
+        return f"{self.median:{spec}} ({self.low:{spec}}–{self.high:{spec}})"
+
+
+def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
+    """Call every run once per round, in turn, for ``rounds`` rounds; return each one's :class:`Spread`.
+
+    Interleaving (A, B, C, A, B, C, ...) rather than repeating each run in a block means
+    that load which comes and goes on a shared machine falls on all runs alike.
+    """
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    values: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            values[name].append(float(run()))
+    return {name: Spread(tuple(v)) for name, v in values.items()}

@@ -8,7 +8,18 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from packlab.bench import BenchResult, BenchTable, batch_size_of, run_until_error, time_loader, time_per_item
+from packlab.bench import (
+    BenchResult,
+    BenchTable,
+    Spread,
+    batch_size_of,
+    compare,
+    ratio_words,
+    interleaved,
+    run_until_error,
+    time_loader,
+    time_per_item,
+)
 
 
 def _loader(n=50, batch_size=8):
@@ -112,20 +123,26 @@ def test_the_benchmark_writes_every_ratio_and_a_plot(small_root, tmp_path):
     assert "decode ceiling" in format_benchmark(results) and any("ratios" in line for line in lines)
 
 
-def test_interleaved_runs_take_turns_and_summarise_median_and_range():
-    from packlab.bench import Spread, interleaved, verdict
-
-    calls = []
-    counters = {"a": iter([3.0, 1.0, 2.0]), "b": iter([10.0, 30.0, 20.0])}
-    spreads = interleaved({name: (lambda name=name: calls.append(name) or next(counters[name])) for name in counters}, 3)
-    assert calls == ["a", "b", "a", "b", "a", "b"]  # one of each per round, not all of one first
-    assert (spreads["a"].median, spreads["a"].low, spreads["a"].high) == (2.0, 1.0, 3.0)
-    assert f"{spreads['b']}" == "20 (10–30)" and spreads["b"].text(".1f") == "20.0 (10.0–30.0)"
-    assert verdict(spreads["b"], spreads["a"], "faster", "slower") == "faster"
-    assert verdict(spreads["a"], spreads["b"], "faster", "slower") == "slower"
-    assert verdict(Spread((1.0, 5.0)), Spread((4.0, 9.0))) == "no clear difference"  # ranges overlap
+def test_interleaved_runs_take_turns_and_spreads_summarise_them():
+    order = []
+    results = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=3)
+    assert order == ["a", "b"] * 3
+    assert results == {"a": [1.0] * 3, "b": [2.0] * 3}
+    spread = Spread.of([3.0, 1.0, 2.0, 10.0])
+    assert (spread.median, spread.low, spread.high) == (2.5, 1.0, 10.0)
+    assert Spread.of([5, 1, 3]).format(".1f") == "3.0 (1.0\u20135.0)"
     with pytest.raises(ValueError):
-        interleaved({"a": lambda: 1.0}, runs=0)
+        Spread.of([])
+
+
+def test_compare_says_no_clear_difference_when_ranges_overlap():
+    assert compare(Spread.of([10, 11, 12]), Spread.of([1, 2, 3])) == 1
+    assert compare(Spread.of([1, 2, 3]), Spread.of([10, 11, 12])) == -1
+    assert compare(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == 0
+    assert compare(Spread.of([1, 2, 3]), Spread.of([3, 4, 5])) == 0  # touching ranges overlap
+    assert ratio_words(Spread.of([30, 31, 32]), Spread.of([10, 11, 12])) == "2.8 times faster"
+    assert ratio_words(Spread.of([10, 11, 12]), Spread.of([30, 31, 32]), "larger", "smaller") == "2.8 times smaller"
+    assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
 
 
 def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its_cold_level(small_root):
