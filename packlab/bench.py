@@ -230,7 +230,12 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
 
 @dataclass(frozen=True)
 class Spread:
-    """Repeated measurements of one quantity: their median and their range (min to max)."""
+    """Repeated measurements of one quantity: their median and their range (min to max).
+
+    Format one with a number format for the median and the range, ``f"{spread:.1f}"``
+    gives ``"3.0 (1.0–5.0)"`` (``spread.format(".1f")`` is the same); iterate it for the
+    values themselves.
+    """
 
     values: tuple[float, ...]
 
@@ -259,11 +264,26 @@ class Spread:
         """Whether the two ranges share any value (then neither is clearly higher)."""
         return self.low <= other.high and other.low <= self.high
 
+    def scaled(self, factor: float) -> Spread:
+        """The same measurements in other units (``factor=1e3``: seconds to milliseconds)."""
+        return Spread(tuple(v * factor for v in self.values))
+
     def format(self, spec: str = ".0f") -> str:
-        """``"452 (430-470)"``: the median, then the range, each formatted with ``spec``."""
+        """``"452 (430–470)"``: the median, then the range, each formatted with ``spec``."""
         return f"{self.median:{spec}} ({self.low:{spec}}\u2013{self.high:{spec}})"
 
+    text = format
+
+    def __format__(self, spec: str) -> str:
+        return self.format(spec or ".0f")
+
     __str__ = format
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 def compare(a: Spread, b: Spread) -> int:
@@ -273,29 +293,32 @@ def compare(a: Spread, b: Spread) -> int:
     return 1 if a.median > b.median else -1
 
 
+def verdict(a: Spread, b: Spread, more: str = "more", less: str = "less", same: str = "no clear difference") -> str:
+    """How ``a`` compares with ``b`` in words: ``same`` when the ranges overlap, else ``more`` or ``less``."""
+    return {1: more, -1: less, 0: same}[compare(a, b)]
+
+
 def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
     """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
     or ``"no clear difference"`` when the ranges overlap (see :func:`compare`)."""
-    verdict = compare(a, b)
-    if verdict == 0:
-        return "no clear difference"
-    ratio = a.median / b.median if verdict > 0 else b.median / a.median
-    return f"{ratio:.1f} times {higher if verdict > 0 else lower}"
+    return verdict(a, b, f"{a.median / b.median:.1f} times {higher}", f"{b.median / a.median:.1f} times {lower}")
 
 
-def interleaved(runs: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, list]:
-    """Call every function of ``runs`` once per round, for ``repeats`` rounds; results by name.
+def interleaved(measures: dict[str, Callable[[], float]], repeats: int = 3, *, rounds: int | None = None) -> dict[str, Spread]:
+    """Call every measure once per round, for ``repeats`` (or ``rounds``) rounds: ``{name: Spread}``.
 
-    The order is A, B, C, A, B, C, ... rather than A, A, A, B, B, B, so that a change in the
-    machine's load during the measurement reaches every contender, not only the last one.
+    Each measure returns one number (images/s, seconds, ...). The order is A, B, C, A, B,
+    C, ... rather than A, A, A, B, B, B, so that a change in the machine's load during the
+    measurement reaches every contender, not only the last one.
     """
+    repeats = repeats if rounds is None else rounds
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
-    results: dict[str, list] = {name: [] for name in runs}
+    values: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(repeats):
-        for name, run in runs.items():
-            results[name].append(run())
-    return results
+        for name, measure in measures.items():
+            values[name].append(float(measure()))
+    return {name: Spread(tuple(v)) for name, v in values.items()}
 
 
 # ---------------------------------------------------------- the benchmark suite (make bench)
@@ -671,50 +694,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-# ------------------------------------------------------------ repeated, interleaved runs
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Several measurements of one quantity: the median, and the range they spanned."""
-
-    values: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        import statistics
-
-        return statistics.median(self.values)
-
-    @property
-    def low(self) -> float:
-        return min(self.values)
-
-    @property
-    def high(self) -> float:
-        return max(self.values)
-
-    def overlaps(self, other: Spread) -> bool:
-        """True when the two ranges overlap: then the runs do not tell the two apart."""
-        return self.low <= other.high and other.low <= self.high
-
-    def format(self, spec: str = ".0f") -> str:
-        """``median (low–high)``, each formatted with ``spec``."""
-        return f"{self.median:{spec}} ({self.low:{spec}}–{self.high:{spec}})"
-
-
-def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
-    """Call every run once per round, in turn, for ``rounds`` rounds; return each one's :class:`Spread`.
-
-    Interleaving (A, B, C, A, B, C, ...) rather than repeating each run in a block means
-    that load which comes and goes on a shared machine falls on all runs alike.
-    """
-    if rounds < 1:
-        raise ValueError("rounds must be at least 1")
-    values: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            values[name].append(float(run()))
-    return {name: Spread(tuple(v)) for name, v in values.items()}

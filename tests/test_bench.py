@@ -19,6 +19,7 @@ from packlab.bench import (
     run_until_error,
     time_loader,
     time_per_item,
+    verdict,
 )
 
 
@@ -127,10 +128,14 @@ def test_interleaved_runs_take_turns_and_spreads_summarise_them():
     order = []
     results = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=3)
     assert order == ["a", "b"] * 3
-    assert results == {"a": [1.0] * 3, "b": [2.0] * 3}
+    assert results == {"a": Spread((1.0,) * 3), "b": Spread((2.0,) * 3)}
+    assert interleaved({"a": lambda: 4.0}, rounds=2)["a"].values == (4.0, 4.0)
     spread = Spread.of([3.0, 1.0, 2.0, 10.0])
     assert (spread.median, spread.low, spread.high) == (2.5, 1.0, 10.0)
-    assert Spread.of([5, 1, 3]).format(".1f") == "3.0 (1.0\u20135.0)"
+    assert list(spread) == [3.0, 1.0, 2.0, 10.0] and len(spread) == 4 and Spread.of(spread) == spread
+    assert Spread.of([5, 1, 3]).format(".1f") == "3.0 (1.0\u20135.0)" == f"{Spread.of([5, 1, 3]):.1f}"
+    assert str(Spread.of([5, 1, 3])) == f"{Spread.of([5, 1, 3])}" == "3 (1\u20135)"
+    assert Spread.of([1, 2]).scaled(1e3).values == (1000.0, 2000.0)
     with pytest.raises(ValueError):
         Spread.of([])
 
@@ -143,6 +148,9 @@ def test_compare_says_no_clear_difference_when_ranges_overlap():
     assert ratio_words(Spread.of([30, 31, 32]), Spread.of([10, 11, 12])) == "2.8 times faster"
     assert ratio_words(Spread.of([10, 11, 12]), Spread.of([30, 31, 32]), "larger", "smaller") == "2.8 times smaller"
     assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
+    assert verdict(Spread.of([10, 11]), Spread.of([1, 2]), "faster", "slower") == "faster"
+    assert verdict(Spread.of([1, 2]), Spread.of([10, 11]), "faster", "slower") == "slower"
+    assert verdict(Spread.of([1, 5]), Spread.of([4, 6])) == "no clear difference"
 
 
 def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its_cold_level(small_root):
