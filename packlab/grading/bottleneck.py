@@ -135,7 +135,7 @@ def _validated(result) -> dict:
                              "'loader', 'consumer' and 'together'")
         values = getattr(spread, "values", None)
         if not all(hasattr(spread, a) for a in ("median", "low", "high")) or values is None:
-            raise PartFailed(f"result[{name!r}] is a {type(spread).__name__}; make it Spread(tuple(rates)), the images/s of each run")
+            raise PartFailed(f"result[{name!r}] is a {type(spread).__name__}; make it Spread.of(rates), the images/s of each run")
         if len(values) != 3:
             raise PartFailed(f"result[{name!r}] holds {len(values)} runs; with repeats=3 measure each thing 3 times")
         if not all(v > 0 for v in values):
