@@ -547,6 +547,7 @@ def run_benchmark(
     out_dir=None,
     log: Callable[[str], None] = print,
     with_small_files: bool = True,
+    with_formats: bool = True,
 ) -> dict:
     """Run the whole benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
 
@@ -621,6 +622,11 @@ def run_benchmark(
         log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
         results["small_files"] = small_file_penalty(root)
         log(f"  {results['small_files']['modelled_files_per_s']}")
+    if with_formats:  # chapter 9: every packed format side by side (packlab.formats.bench)
+        from packlab.formats.bench import measure_formats
+
+        log("other formats: size, write time and read rates of every layout, 3 rounds")
+        results["formats"] = measure_formats(root=root, log=lambda message: log(f"  {message}"))
     results["machine"]["load_average_after"] = _load_average()
     results["wall_seconds"] = time.perf_counter() - started
 
@@ -677,6 +683,10 @@ def format_benchmark(results: dict) -> str:
         if small["cold_files_per_s"]:
             lines.append(f"  cold ({small.get('cold_level')}) vs warm, files/s: " + ", ".join(
                 f"{k} {v:.0f}" for k, v in small["cold_files_per_s"].items()))
+    if results.get("formats"):
+        from packlab.formats.bench import format_formats
+
+        lines.append(format_formats(results["formats"]))
     return "\n".join(lines)
 
 
@@ -687,8 +697,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 0 1 cores 2xcores)")
     parser.add_argument("--out", help="output folder (default: _build/bench)")
     parser.add_argument("--no-small-files", action="store_true", help="skip the cold-read and latency-model part")
+    parser.add_argument("--no-formats", action="store_true", help="skip the other formats (chapter 9)")
     args = parser.parse_args(argv)
-    run_benchmark(worker_counts=args.workers, out_dir=args.out, with_small_files=not args.no_small_files)
+    run_benchmark(worker_counts=args.workers, out_dir=args.out, with_small_files=not args.no_small_files,
+                  with_formats=not args.no_formats)
     return 0
 
 
