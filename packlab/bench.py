@@ -277,10 +277,12 @@ class Spread:
         """``"452 (409–470)"``: the median, then the range, each formatted with ``spec``."""
         return f"{self.median:{spec}} ({self.low:{spec}}\u2013{self.high:{spec}})"
 
-    __str__ = format
+    text = format
 
     def __format__(self, spec: str) -> str:
         return self.format(spec or ".0f")
+
+    __str__ = format
 
 
 def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
@@ -460,17 +462,22 @@ def small_file_penalty(
     model=None,
     workers: int | None = None,
     folder_files: int = 2000,
+    shards: int | None = None,
+    cold_level: str | None = None,
 ) -> dict:
     """Reading speed (files/s, no decode) of a JPEG folder, a zip and tar shards on slow storage.
 
-    Two kinds of slow: *cold* (the files' pages dropped from the page cache first: real
-    disk reads, Linux only) and *modelled* (:class:`packlab.storage.NetworkFSModel`, the
+    Two kinds of slow: *cold* (real disk reads after :func:`packlab.storage.make_cold` at
+    ``cold_level``, by default the strongest level this process may use; ``"cold_level"``
+    in the result says which) and *modelled* (:class:`packlab.storage.NetworkFSModel`, the
     same delays applied to every loader through its ``opener``). Decoding is left out on
     purpose (the transform only counts bytes): this measures the storage pattern, which
     decode time would otherwise hide on a machine with few cores. The folder and the zip
     are read in shuffled order, as a training epoch reads them; the shards in order. The
     folder reads only its first ``folder_files`` files under the model (it is slow there;
-    the rate is what counts). Returns measured rates, the model's parameters and its prediction.
+    the rate is what counts). ``shards`` reads only the first that many tar shards, and the
+    folder and the zip only the samples those hold, so a chapter can repeat the whole
+    measurement in less time. Returns measured rates, the model's parameters and its prediction.
     """
     from torch.utils.data import DataLoader
 
@@ -481,9 +488,13 @@ def small_file_penalty(
     workers = data.available_cores() if workers is None else workers
     model = model or storage.NetworkFSModel()
     manifest = data.load_manifest(root)
-    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), workers),
-                                                       root=root, progress=False)]
+    all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), workers),
+                                                           root=root, progress=False)]
     zip_path = pack.ensure_zip(root=root, progress=False)
+    shards = all_shards if shards is None else all_shards[:shards]
+    if len(shards) < len(all_shards):  # the same samples in every layout: those of the shards read
+        held = _keys_in_shards(shards)
+        manifest = [s for s in manifest if s.key in held]
 
     def rate(dataset, batch_size=64) -> float:
         # Map-style datasets are read in shuffled order, as in training; tar shards in order, as designed.
@@ -496,21 +507,23 @@ def small_file_penalty(
     def folder(keys, opener=None):
         return JpegFolderDataset(root, keys=keys, transform=skip_decode, **({"opener": opener} if opener else {}))
 
-    out: dict = {"workers": workers, "model": asdict(model), "model_text": model.describe()}
+    out: dict = {"workers": workers, "images": len(manifest), "model": asdict(model), "model_text": model.describe()}
     all_keys = [s.key for s in manifest]
     some_keys = all_keys[:folder_files]
 
-    # Cold: drop the pages, read once (every file), and compare with the same read warm.
-    if storage.page_cache_control_available():
+    # Cold: make the files cold, read once (every file), and compare with the same read warm.
+    level = cold_level if cold_level is not None else (storage.cold_levels() or [None])[-1]
+    out["cold_level"] = level
+    if level is not None:
         images = [data.image_path(k, root) for k in all_keys]
         cold = {}
-        storage.drop_from_page_cache(images)
+        storage.make_cold(images, level)
         cold["folder_cold"] = rate(folder(all_keys))
         cold["folder_warm"] = rate(folder(all_keys))
-        storage.drop_from_page_cache([zip_path])
-        cold["zip_cold"] = rate(ZipDataset(zip_path, transform=skip_decode))
-        cold["zip_warm"] = rate(ZipDataset(zip_path, transform=skip_decode))
-        storage.drop_from_page_cache(shards)
+        storage.make_cold([zip_path], level)
+        cold["zip_cold"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
+        cold["zip_warm"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
+        storage.make_cold(shards, level)
         cold["tar_cold"] = rate(TarShardDataset(shards, transform=skip_decode))
         cold["tar_warm"] = rate(TarShardDataset(shards, transform=skip_decode))
         out["cold_files_per_s"] = cold
@@ -519,7 +532,7 @@ def small_file_penalty(
 
     modelled = {
         "folder": rate(folder(some_keys, opener=model.open)),
-        "zip": rate(ZipDataset(zip_path, transform=skip_decode, opener=model.open)),
+        "zip": rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
         "tar": rate(TarShardDataset(shards, transform=skip_decode, opener=model.open)),
     }
     out["modelled_files_per_s"] = modelled
@@ -529,6 +542,19 @@ def small_file_penalty(
         layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
     }
     return out
+
+
+def _keys_in_shards(shards: Sequence[str]) -> set[str]:
+    """The keys of the samples the given tar shards hold (read from their headers alone)."""
+    import tarfile
+
+    from packlab.loaders.tar import IMAGE_EXTENSION, split_key
+
+    keys = set()
+    for shard in shards:
+        with tarfile.open(shard, mode="r:") as tar:
+            keys.update(split_key(m.name)[0] for m in tar if m.isfile() and split_key(m.name)[1] == IMAGE_EXTENSION)
+    return keys
 
 
 def _shard_size(images: int, max_workers: int) -> int:
@@ -681,7 +707,7 @@ def format_benchmark(results: dict) -> str:
                      f"[{small['model_text']}]: " + ", ".join(f"{k} {v:.0f}" for k, v in small["modelled_files_per_s"].items())
                      + f"; tar/folder {small['tar_vs_folder_modelled']:.1f}x")
         if small["cold_files_per_s"]:
-            lines.append("  cold vs warm page cache, files/s: " + ", ".join(
+            lines.append(f"  cold ({small.get('cold_level')}) vs warm, files/s: " + ", ".join(
                 f"{k} {v:.0f}" for k, v in small["cold_files_per_s"].items()))
     if results.get("formats"):
         from packlab.formats.bench import format_formats

@@ -237,7 +237,7 @@ def plot_small_file_penalty(penalty: Mapping, ax=None):
     groups = {}
     if cold:
         groups["page cache warm"] = [cold.get(f"{name}_warm") for name in layouts]
-        groups["cold (pages dropped)"] = [cold.get(f"{name}_cold") for name in layouts]
+        groups[f"cold ({penalty.get('cold_level') or 'data pages'} dropped)"] = [cold.get(f"{name}_cold") for name in layouts]
     groups["network model"] = [penalty["modelled_files_per_s"].get(name) for name in layouts]
     width = 0.8 / len(groups)
     x = np.arange(len(layouts))

@@ -154,3 +154,20 @@ def test_compare_says_no_clear_difference_when_ranges_overlap():
     assert verdict(Spread.of([10, 11, 12]), Spread.of([1, 2, 3]), "faster", "slower") == "faster"
     assert verdict(Spread.of([1, 2, 3]), Spread.of([10, 11, 12]), "faster", "slower") == "slower"
     assert verdict(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
+
+
+def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its_cold_level(small_root):
+    from packlab import bench, data, storage
+    from packlab.loaders.tar import count_samples
+
+    if not storage.page_cache_control_available():
+        pytest.skip("no posix_fadvise on this platform")
+    model = storage.NetworkFSModel(open_s=0.0005, request_s=0.0001)
+    penalty = bench.small_file_penalty(small_root, model=model, workers=0, folder_files=10, shards=1,
+                                       cold_level=storage.DATA_PAGES)
+    assert penalty["cold_level"] == storage.DATA_PAGES
+    shards = sorted((small_root / "packed" / "shards").glob("shard-*.tar"))
+    assert penalty["images"] == count_samples(shards[0]) < len(data.load_manifest(small_root))
+    assert set(penalty["cold_files_per_s"]) == {f"{layout}_{state}" for layout in ("folder", "zip", "tar")
+                                                for state in ("cold", "warm")}
+    assert all(rate > 0 for rate in penalty["modelled_files_per_s"].values())
