@@ -627,6 +627,15 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
     def __iter__(self):
         info = get_worker_info()
         worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return self.iter_share(worker_id, num_workers)
+
+    def iter_share(self, worker_id: int, num_workers: int):
+        """This epoch's samples for reader ``worker_id`` of ``num_workers``, whoever the reader is.
+
+        ``__iter__`` asks :func:`torch.utils.data.get_worker_info` which share is this
+        process's. That answer is per *process*; threads in one process (see
+        :class:`packlab.loaders.threads.ThreadLoader`) call this directly with their own id.
+        """
         self.check_split(num_workers)
         rng = random.Random(f"buffer-{self.seed}-{self.epoch}-{self.rank}-{worker_id}")
         raw, spare = self._raw_samples(worker_id, num_workers)
