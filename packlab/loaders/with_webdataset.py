@@ -27,8 +27,15 @@ def webdataset_pipeline(
     transform: Callable = standard_transform,
     with_keys: bool = True,
     seed: int = 0,
+    collation_fn: Callable | None = None,
 ) -> wds.WebDataset:
-    """Shards -> (split by rank, then worker) -> shuffled -> decoded -> ``(images, labels[, keys])`` batches."""
+    """Shards -> (split by rank, then worker) -> shuffled -> decoded -> ``(images, labels[, keys])`` batches.
+
+    ``collation_fn`` makes the batches (default: webdataset's, which stacks the samples);
+    the benchmark passes ``transform=decode_and_resize`` with
+    :func:`packlab.loaders.batching.collate_uint8_images`, our own loaders' fast path.
+    """
+    batching = {} if collation_fn is None else {"collation_fn": collation_fn}
     columns = ("jpg", "cls", "__key__") if with_keys else ("jpg", "cls")
     return (
         wds.WebDataset(urls, shardshuffle=100, nodesplitter=wds.split_by_node,
@@ -36,7 +43,7 @@ def webdataset_pipeline(
         .shuffle(buffer)                                   # the sample buffer, per worker
         .decode(wds.handle_extension("jpg", transform))    # our transform; .cls becomes an int
         .to_tuple(*columns)
-        .batched(batch_size)                               # batches are made inside the workers
+        .batched(batch_size, **batching)                   # batches are made inside the workers
     )
 
 
