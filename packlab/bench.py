@@ -221,6 +221,40 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
     return best / len(items)
 
 
+def interleaved(measurements: dict[str, Callable[[], float]], repeats: int = 3) -> dict[str, list[float]]:
+    """Run every measurement ``repeats`` times, one of each in turn; ``{name: [values]}``.
+
+    Interleaving spreads a change in the machine's load (another program starting, the
+    CPU clocking down) over all of them instead of letting it land on one. The starting
+    measurement rotates from turn to turn.
+    """
+    names = list(measurements)
+    values: dict[str, list[float]] = {name: [] for name in names}
+    for turn in range(repeats):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            values[name].append(measurements[name]())
+    return values
+
+
+def spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """``(median, min, max)`` of repeated measurements."""
+    return statistics.median(values), min(values), max(values)
+
+
+def compare(a: Sequence[float], b: Sequence[float], higher: str = "faster", lower: str = "slower") -> str:
+    """``higher`` if every run of ``a`` beat every run of ``b``, ``lower`` if the reverse, else "no clear difference".
+
+    With three runs each, ranges that overlap mean the runs do not separate the two;
+    prose that draws a conclusion uses this verdict rather than the medians alone.
+    """
+    if min(a) > max(b):
+        return higher
+    if max(a) < min(b):
+        return lower
+    return "no clear difference"
+
+
 # ---------------------------------------------------------- the benchmark suite (make bench)
 #
 # `python -m packlab.bench` (what `make bench` runs) measures, in one process tree and one

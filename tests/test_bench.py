@@ -174,3 +174,16 @@ def test_quick_root_holds_the_first_images_and_is_reused(small_root, tmp_path):
     assert sorted(data.load_labels(root)) == [s.key for s in data.load_manifest(small_root)[:12]]
     assert data.image_path("000011", root).read_bytes() == data.image_path("000011", small_root).read_bytes()
     assert quick_root(12, out_dir=tmp_path, source=small_root) == root
+
+
+def test_interleaved_runs_rotate_and_compare_says_no_clear_difference_when_ranges_overlap():
+    from packlab.bench import compare, interleaved, spread
+
+    calls = []
+    values = interleaved({"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or 2.0}, repeats=3)
+    assert values == {"a": [1.0] * 3, "b": [2.0] * 3}
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert spread([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    assert compare([5, 6, 7], [1, 2, 3]) == "faster" and compare([1, 2, 3], [5, 6, 7]) == "slower"
+    assert compare([1, 5, 6], [2, 3, 4]) == "no clear difference"
+    assert compare([5, 6], [1, 2], higher="more", lower="less") == "more"
