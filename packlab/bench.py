@@ -16,7 +16,6 @@ Results print as a small table; several results side by side make a
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -340,18 +339,13 @@ def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:
     The kinds are interleaved ``repeats`` times; ``<kind>_s_per_image`` is the median,
     ``ranges`` the min and max.
     """
+    from packlab.loaders.recycling import shared_float_tensor
     from packlab.transforms import IMAGE_SIZE
 
     shape = (batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
-    numel = math.prod(shape)
-
-    def fresh_shared():
-        storage = torch.empty(0)._typed_storage()._new_shared(numel, device="cpu")
-        return torch.empty(0).new(storage).view(shape)
-
     reused_private = torch.zeros(shape)
-    reused_shared = torch.zeros(shape).share_memory_()
-    kinds = {"fresh_shared": fresh_shared, "fresh_private": lambda: torch.empty(shape),
+    reused_shared = shared_float_tensor(shape).zero_()
+    kinds = {"fresh_shared": lambda: shared_float_tensor(shape), "fresh_private": lambda: torch.empty(shape),
              "reused": lambda: reused_private, "reused_shared": lambda: reused_shared}
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
     with torch_threads(1):

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import multiprocessing
 import os
 import pickle
@@ -83,6 +84,17 @@ STOP_SECONDS = 10.0
 
 
 # ------------------------------------------------------------------ the pool and its hand-back
+
+
+def shared_float_tensor(shape: Sequence[int]) -> torch.Tensor:
+    """An uninitialised float32 tensor allocated directly in shared memory.
+
+    This is how a ``DataLoader`` worker allocates each batch (torch's default collate
+    does the same); ``torch.empty(shape).share_memory_()`` would allocate private memory
+    first and then copy it over.
+    """
+    storage = torch.empty(0, dtype=torch.float32)._typed_storage()._new_shared(math.prod(shape), device="cpu")
+    return torch.empty(0, dtype=torch.float32).new(storage).view(tuple(shape))
 
 
 class BatchBufferPool:
@@ -121,9 +133,7 @@ class BatchBufferPool:
             self._collect_returned()
             if self._free:
                 return self._free.pop()
-            buffer = torch.empty(self.shape, dtype=torch.float32)
-            if self.shared:
-                buffer.share_memory_()
+            buffer = shared_float_tensor(self.shape) if self.shared else torch.empty(self.shape, dtype=torch.float32)
             self._buffers.append(buffer)
             return len(self._buffers) - 1
 
