@@ -237,6 +237,22 @@ def batch_shape(batch_size: int, image_shape: Sequence[int]) -> tuple[int, int, 
     return (batch_size, channels, height, width)
 
 
+def index_batches(dataset, batch_size: int, shuffle: bool, sampler, drop_last: bool, generator) -> BatchSampler | None:
+    """The batches of indices a ``DataLoader`` would read from a map-style dataset; None for an iterable one.
+
+    ``sampler`` (e.g. a ``DistributedSampler``) replaces the default: random order with
+    ``shuffle`` (drawn from ``generator``), else in order. An iterable dataset orders its
+    own samples, so it takes neither.
+    """
+    if isinstance(dataset, IterableDataset):
+        if shuffle or sampler is not None:
+            raise ValueError("an iterable dataset orders its own samples: shuffle and sampler are for map-style ones")
+        return None
+    if sampler is None:
+        sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+    return BatchSampler(sampler, batch_size, drop_last)
+
+
 # ------------------------------------------------------------------ errors across the boundary
 
 
@@ -375,22 +391,15 @@ class RecyclingLoader:
         image_shape: Sequence[int] = RAW_SHAPE,
         timeout: float = 0,
     ):
-        if workers < 1:
-            raise ValueError("RecyclingLoader needs at least one worker process (workers >= 1)")
-        if prefetch < 1:
-            raise ValueError("prefetch must be at least 1 batch per worker")
+        if workers < 1 or prefetch < 1:
+            raise ValueError(f"RecyclingLoader needs workers >= 1 and prefetch >= 1, got {workers} and {prefetch}")
         self.dataset = dataset
         self.batch_size = batch_size
         self.workers = workers
         self.prefetch = prefetch
         self.timeout = timeout
-        self.iterable = isinstance(dataset, IterableDataset)
-        if self.iterable and (shuffle or sampler is not None):
-            raise ValueError("an iterable dataset orders its own samples: shuffle and sampler are for map-style ones")
-        if not self.iterable:
-            sampler = sampler if sampler is not None else (
-                RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset))
-            self.batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.batch_sampler = index_batches(dataset, batch_size, shuffle, sampler, drop_last, generator)
+        self.iterable = self.batch_sampler is None
         self.generator = generator
         self.context = multiprocessing.get_context(multiprocessing_context)
         self.pool = BatchBufferPool(batch_shape(batch_size, image_shape), shared=True)

@@ -40,9 +40,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
-
-from packlab.loaders.recycling import POLL_SECONDS, STOP_SECONDS, BatchBufferPool, batch_shape, fill_batch, make_batch
+from packlab.loaders.recycling import (POLL_SECONDS, STOP_SECONDS, BatchBufferPool, batch_shape, fill_batch,
+                                      index_batches, make_batch)
 from packlab.transforms import RAW_SHAPE
 
 #: Threads of the loader are named with this prefix (tests look for leftovers by it).
@@ -81,29 +80,21 @@ class ThreadLoader:
         recycle: bool = True,
         timeout: float = 0,
     ):
-        if threads < 1:
-            raise ValueError("ThreadLoader needs at least one thread (threads >= 1)")
-        if prefetch < 1:
-            raise ValueError("prefetch must be at least 1 batch per thread")
+        if threads < 1 or prefetch < 1:
+            raise ValueError(f"ThreadLoader needs threads >= 1 and prefetch >= 1, got {threads} and {prefetch}")
         self.dataset = dataset
         self.batch_size = batch_size
         self.threads = threads
         self.prefetch = prefetch
         self.timeout = timeout
-        self.iterable = isinstance(dataset, IterableDataset)
-        if self.iterable:
-            if shuffle or sampler is not None:
-                raise ValueError("an iterable dataset orders its own samples: shuffle and sampler are for map-style ones")
-            if not callable(getattr(dataset, "iter_share", None)):
-                raise TypeError(
-                    f"{type(dataset).__name__} is iterable but has no iter_share(reader, readers) method. Threads "
-                    "cannot split it through get_worker_info(), which answers once per process: give it that "
-                    "method (TarShardDataset has one), or use packlab.loaders.RecyclingLoader, whose workers are processes."
-                )
-        else:
-            sampler = sampler if sampler is not None else (
-                RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset))
-            self.batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.batch_sampler = index_batches(dataset, batch_size, shuffle, sampler, drop_last, generator)
+        self.iterable = self.batch_sampler is None
+        if self.iterable and not callable(getattr(dataset, "iter_share", None)):
+            raise TypeError(
+                f"{type(dataset).__name__} is iterable but has no iter_share(reader, readers) method. Threads "
+                "cannot split it through get_worker_info(), which answers once per process: give it that "
+                "method (TarShardDataset has one), or use packlab.loaders.RecyclingLoader, whose workers are processes."
+            )
         self.shape = batch_shape(batch_size, image_shape)
         self.pool = BatchBufferPool(self.shape) if recycle else None
 
