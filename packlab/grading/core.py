@@ -1,0 +1,568 @@
+"""The grading machinery: results, the part context, importable notebook classes, the watchdog, the registry.
+
+An exercise module (see the package docstring) registers its checks with :func:`register`;
+:func:`check` runs one of them on a candidate, each part in a forked child with a
+deadline, and :func:`list_checks` describes them all. Nothing here knows about any
+particular exercise.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import dis
+import hashlib
+import importlib
+import json
+import linecache
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+RESULTS_ENV_VAR = "PACKLAB_GRADE_RESULTS"
+#: Default time limits in seconds: the whole check, one part, one DataLoader batch.
+#: Generous, because four spawn workers each import torch: on a busy two-core machine the
+#: first batch can take tens of seconds. A hanging part is reported after PART_TIMEOUT.
+CHECK_TIMEOUT = 600.0
+PART_TIMEOUT = 120.0
+LOADER_TIMEOUT = 60.0
+
+
+class PartFailed(Exception):
+    """Raised by a part of a check with a message saying what the candidate did wrong."""
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass
+class PartResult:
+    """The outcome of one graded part of a check."""
+
+    name: str
+    description: str
+    passed: bool
+    message: str
+    hint: str
+    seconds: float = 0.0
+
+
+@dataclass
+class CheckResult:
+    """The outcome of :func:`check`: one :class:`PartResult` per graded part, one point each."""
+
+    exercise_id: str
+    candidate: str
+    parts: list[PartResult]
+    seconds: float
+
+    @property
+    def score(self) -> int:
+        return sum(p.passed for p in self.parts)
+
+    @property
+    def max_score(self) -> int:
+        return len(self.parts)
+
+    @property
+    def passed(self) -> bool:
+        return self.score == self.max_score
+
+    def report(self) -> str:
+        """The friendly report :func:`check` prints: one line per part, details and a hint per failure."""
+        width = max(len(p.name) for p in self.parts)
+        lines = [f"check {self.exercise_id!r} on {self.candidate}: {self.score}/{self.max_score} parts passed"]
+        for part in self.parts:
+            mark = "✓" if part.passed else "✗"
+            lines.append(f"  {mark} {part.name.ljust(width)}  {part.description}")
+            if not part.passed:
+                lines += [f"      {line}" for line in part.message.splitlines()]
+                lines.append(f"      hint: {part.hint}")
+        if self.passed:
+            lines.append(f"All parts passed ({self.seconds:.1f} s). Well done!")
+        else:
+            lines.append(f"Fix the parts marked ✗ and run the check again ({self.seconds:.1f} s).")
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def __repr__(self) -> str:
+        return f"<CheckResult {self.exercise_id}: {self.score}/{self.max_score}>"
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON reports."""
+        out = asdict(self)
+        out.update(score=self.score, max_score=self.max_score, passed=self.passed)
+        return out
+
+
+class CheckInfo(NamedTuple):
+    """What :func:`list_checks` tells about one exercise check."""
+
+    id: str
+    notebook: str
+    description: str
+    signature: str
+    parts: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.notebook}): {self.description}\n    {self.signature}\n    parts: {', '.join(self.parts)}"
+
+
+# ----------------------------------------------------------------- describing failures
+
+
+def describe(exc: BaseException) -> str:
+    """A short account of an exception: type, message, and where in the candidate's code it arose.
+
+    Exceptions re-raised from DataLoader workers carry the worker's traceback in their
+    message; the original exception (its last line) is what the attendee needs to see.
+    """
+    text = str(exc)
+    if "Original Traceback" in text:
+        lines = [line for line in text.splitlines() if line.strip()]
+        where = _candidate_frame(text)
+        return f"in a DataLoader worker: {lines[-1].strip()}{where}"
+    formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if len(message) > 400:
+        message = message[:400] + " ..."
+    return message + _candidate_frame(formatted)
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _candidate_frame(formatted_traceback: str) -> str:
+    """' (in NAME, line N of your code)' for the innermost frame outside libraries and packlab."""
+    library_markers = ("site-packages", f"{os.sep}packlab{os.sep}", f"{os.sep}lib{os.sep}python", "<frozen")
+    found = [m for m in _FRAME.finditer(formatted_traceback) if not any(s in m.group(1) for s in library_markers)]
+    if not found:
+        return ""
+    match = found[-1]
+    return f" (in {match.group(3)}, line {match.group(2)} of your code)"
+
+
+def short(value: Any) -> str:
+    """A compact repr for a call's arguments in messages."""
+    if isinstance(value, Path):
+        return repr(f".../{value.name}")
+    if isinstance(value, (list, tuple)) and len(value) > 3:
+        return f"<{len(value)} items>"
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ------------------------------------------------------------------------ check context
+
+
+@dataclass
+class Context:
+    """What a part of a check gets: the candidate, the fixtures, the limits, a scratch folder."""
+
+    candidate: Any
+    fixtures: dict
+    loader_timeout: float
+    workdir: Path
+    memo: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.candidate, "__name__", type(self.candidate).__name__)
+
+    def call(self, *args, **kwargs):
+        """Call the candidate; an exception becomes a :class:`PartFailed` naming the call."""
+        return attempt(self.candidate, self.name, *args, **kwargs)
+
+    def scratch(self, name: str) -> Path:
+        """A fresh empty folder for this part (removed when the check ends)."""
+        folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
+        return folder
+
+    def importable(self):
+        """The candidate as an importable class, for spawn workers (see the docstring of :mod:`packlab.grading`)."""
+        if "importable" not in self.memo:
+            self.memo["importable"] = importable_copy(self.candidate, self.workdir / "modules")
+        return self.memo["importable"]
+
+
+def attempt(fn, name: str, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        shown = ", ".join([short(a) for a in args] + [f"{k}={short(v)}" for k, v in kwargs.items()])
+        call = name if name.endswith((")", "]")) else f"{name}({shown})"
+        raise PartFailed(f"{call} raised {describe(exc)}") from exc
+
+
+# ------------------------------------------------------- making notebook classes importable
+
+
+def _code_objects(obj) -> list[types.CodeType]:
+    """The code objects of a function, or of every method of a class (properties included)."""
+    if isinstance(obj, type):
+        codes = []
+        for value in vars(obj).values():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, property):
+                codes += [f.__code__ for f in (value.fget, value.fset, value.fdel) if f is not None]
+            elif isinstance(value, types.FunctionType):
+                codes.append(value.__code__)
+        return codes
+    code = getattr(obj, "__code__", None)
+    return [code] if code is not None else []
+
+
+def _nested(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _nested(const)
+
+
+def definitions_only(source: str, filename: str) -> str:
+    """Keep a cell's imports, function and class definitions and literal constants.
+
+    Everything else (calls, loops, a ``check(...)``) is dropped, because a spawn worker
+    imports this module and must not rerun the cell's work.
+    """
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError:
+        from IPython.core.inputtransformer2 import TransformerManager  # cells may hold %magics
+
+        tree = ast.parse(TransformerManager().transform_cell(source), filename)
+    kept = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kept.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            try:
+                ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            kept.append(node)
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"
+
+
+def _unresolved_globals(obj, module: types.ModuleType) -> list[str]:
+    """Global names the code of ``obj`` reads that ``module`` neither defines nor imports."""
+    loaded, stored = set(), set()
+    for code in _code_objects(obj):
+        for inner in _nested(code):
+            for instruction in dis.get_instructions(inner):
+                if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                    loaded.add(instruction.argval)
+                elif instruction.opname == "STORE_GLOBAL":
+                    stored.add(instruction.argval)
+    known = set(vars(module)) | set(dir(builtins)) | stored
+    return sorted(loaded - known)
+
+
+def importable_copy(candidate, folder: Path):
+    """Return ``candidate`` (a class or function) in a form spawn workers can import.
+
+    Objects defined in an importable module are returned unchanged. Objects defined in a
+    notebook (or any ``__main__``) are rebuilt from the source of their defining cell in
+    a module written to ``folder``, which is put on ``sys.path``; see the docstring of :mod:`packlab.grading`.
+    Raises :class:`PartFailed` with advice when that is not possible.
+    """
+    name = getattr(candidate, "__name__", None)
+    module_name = getattr(candidate, "__module__", None)
+    qualname = getattr(candidate, "__qualname__", "")
+    if module_name and module_name != "__main__" and "<locals>" not in qualname:
+        with contextlib.suppress(Exception):
+            found = importlib.import_module(module_name)
+            for attribute in qualname.split("."):
+                found = getattr(found, attribute)
+            if found is candidate:
+                return candidate
+    codes = _code_objects(candidate)
+    files = {code.co_filename for code in codes}
+    lines = linecache.getlines(next(iter(files))) if len(files) == 1 else []
+    if not lines:
+        raise PartFailed(
+            f"cannot find the source of {name}, so spawn workers cannot import it. "
+            "Define it in one notebook cell (not with exec), or in a .py module."
+        )
+    source = definitions_only("".join(lines), next(iter(files)))
+    module_name = "_packlab_candidate_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{module_name}.py"
+    if not target.exists():
+        partial = target.with_suffix(".partial")
+        partial.write_text(source)
+        os.replace(partial, target)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # spawn workers receive the parent's sys.path
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(module_name)
+    except NameError as exc:
+        raise PartFailed(
+            f"the cell that defines {name} uses a name it does not define ({exc}). Spawn workers "
+            "import only that cell: move the definition or import into the same cell."
+        ) from None
+    copy = getattr(module, name, None)
+    if copy is None:
+        raise PartFailed(f"{name} is not defined at the top level of its cell; spawn workers cannot import it.")
+    missing = _unresolved_globals(copy, module)
+    if missing:
+        raise PartFailed(
+            f"{name} uses {', '.join(missing)}, which its cell does not define or import. Spawn workers "
+            "import only the cell that defines the class: put those imports and definitions in that cell."
+        )
+    return copy
+
+
+
+# ------------------------------------------------------------------------- the registry
+#
+# Each exercise: fixtures (prepared in the kernel, cached on disk) and a list of parts.
+# A part is a function of the Context that returns a short success message or raises
+# PartFailed; any other exception fails the part with its description.
+
+
+@dataclass(frozen=True)
+class Part:
+    """One graded part: a name, what it verifies, a hint shown when it fails, and the function that runs it."""
+
+    name: str
+    description: str
+    hint: str
+    run: Callable[[Context], str]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One check: its id, the notebook that calls it, what it asks for, its fixtures and parts."""
+
+    id: str
+    notebook: str
+    description: str
+    signature: str
+    fixtures: Callable[[], dict]
+    parts: tuple[Part, ...]
+
+
+_EXERCISES: dict[str, Exercise] = {}
+
+
+def register(id, notebook, description, signature, fixtures, parts) -> None:
+    """Add a check to the registry (exercise modules call this at import).
+
+    ``notebook`` is the stem of the notebook that calls the check (``"04_tar_shards"``);
+    ``signature`` tells the attendee how the candidate is called; ``fixtures`` is a
+    function returning the dict the parts read (``ctx.fixtures``), called once per check
+    in the calling process; ``parts`` is a list of ``(name, description, hint, run)``.
+    """
+    if id in _EXERCISES and _EXERCISES[id].notebook != notebook:
+        raise ValueError(f"a check called {id!r} is already registered for {_EXERCISES[id].notebook}")
+    _EXERCISES[id] = Exercise(id, notebook, description, signature, fixtures, tuple(Part(*p) for p in parts))
+
+
+def _exercises() -> list[Exercise]:
+    """The registered checks, ordered by notebook (and, within one, as registered)."""
+    return sorted(_EXERCISES.values(), key=lambda e: e.notebook)
+
+
+# ==================================================================== running a check
+
+
+def list_checks() -> list[CheckInfo]:
+    """Every exercise check: id, notebook, one-line description, the candidate's signature, part names."""
+    return [CheckInfo(e.id, e.notebook, e.description, e.signature, tuple(p.name for p in e.parts)) for e in _exercises()]
+
+
+def _child_main(conn, exercise_id: str, candidate, fixtures: dict, limits: dict, first: int, workdir: str) -> None:
+    """Body of the watchdog child: run parts ``first``, ``first + 1``, ... and report each one."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # own process group, so the parent can kill us and our DataLoader workers at once
+    # One intra-op thread, as in DataLoader workers: on busy cores a thread pool costs more than it gives.
+    torch.set_num_threads(1)
+    # The checks start 4 workers on purpose, also on machines with fewer cores.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    exercise = _EXERCISES[exercise_id]
+    ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir))
+    for index in range(first, len(exercise.parts)):
+        part = exercise.parts[index]
+        conn.send(("start", index))
+        start = time.perf_counter()
+        try:
+            message, passed = part.run(ctx), True
+        except PartFailed as exc:
+            message, passed = str(exc), False
+        except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything, even SystemExit
+            message, passed = describe(exc), False
+        conn.send(("done", index, passed, str(message), time.perf_counter() - start))
+    conn.send(("end",))
+    conn.close()
+
+
+def _kill_group(proc) -> None:
+    """Kill the watchdog child and everything it started, then reap it."""
+    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        try:
+            kill()
+            break
+        except (ProcessLookupError, PermissionError, OSError):
+            continue
+    proc.join(10)
+
+
+def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -> list[PartResult]:
+    """Run every part in forked children with deadlines (see the docstring of :mod:`packlab.grading`)."""
+    parts = exercise.parts
+    outcome: dict[int, tuple[bool, str, float]] = {}
+    fork = multiprocessing.get_context("fork")
+    deadline = time.monotonic() + limits["timeout"]
+    workdir = tempfile.mkdtemp(prefix="packlab-check-")
+    next_part = 0
+    try:
+        while next_part < len(parts):
+            if time.monotonic() >= deadline:
+                for index in range(next_part, len(parts)):
+                    outcome[index] = (False, f"not run: the check's time limit of {limits['timeout']:.0f} s was used up", 0.0)
+                break
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            receiver, sender = fork.Pipe(duplex=False)
+            proc = fork.Process(
+                target=_child_main,
+                args=(sender, exercise.id, candidate, fixtures, limits, next_part, workdir),
+                daemon=False,
+            )
+            proc.start()
+            sender.close()
+            with contextlib.suppress(OSError):
+                os.setpgid(proc.pid, proc.pid)  # also from this side, so no kill can race the child's own call
+            current, started = next_part, time.monotonic()
+            try:
+                while True:
+                    wait = min(limits["part_timeout"] - (time.monotonic() - started), deadline - time.monotonic())
+                    if wait <= 0 or not receiver.poll(wait):
+                        limit = min(limits["part_timeout"], limits["timeout"])
+                        outcome[current] = (False, f"did not finish within {limit:.0f} s: stopped (is something waiting forever?)", time.monotonic() - started)
+                        # Code that hangs once will hang again: report now rather than wait out every part.
+                        for index in range(current + 1, len(parts)):
+                            outcome[index] = (False, f"not run: part {parts[current].name!r} hung; fix that first", 0.0)
+                        next_part = len(parts)
+                        break
+                    try:
+                        message = receiver.recv()
+                    except EOFError:
+                        proc.join(5)
+                        outcome[current] = (False, f"the process running this part died (exit code {proc.exitcode})", time.monotonic() - started)
+                        next_part = current + 1
+                        break
+                    if message[0] == "start":
+                        current, started = message[1], time.monotonic()
+                    elif message[0] == "done":
+                        _, index, passed, text, seconds = message
+                        outcome[index] = (passed, text, seconds)
+                        next_part = index + 1
+                    else:
+                        next_part = len(parts)
+                        break
+            finally:
+                receiver.close()
+                _kill_group(proc)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return [PartResult(p.name, p.description, *outcome[i][:2], p.hint, outcome[i][2]) for i, p in enumerate(parts)]
+
+
+def _run_in_process(exercise: Exercise, candidate, fixtures: dict, limits: dict) -> list[PartResult]:
+    """Fallback where fork does not exist (Windows): run the parts here, DataLoader timeouts only."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="packlab-check-") as workdir:
+        ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir))
+        for part in exercise.parts:
+            start = time.perf_counter()
+            try:
+                message, passed = part.run(ctx), True
+            except PartFailed as exc:
+                message, passed = str(exc), False
+            except Exception as exc:  # noqa: BLE001
+                message, passed = describe(exc), False
+            results.append(PartResult(part.name, part.description, passed, str(message), part.hint, time.perf_counter() - start))
+    return results
+
+
+def _record(result: CheckResult, notebook: str) -> None:
+    """Append the result to the grader's results file, when a grader asked for one."""
+    target = os.environ.get(RESULTS_ENV_VAR)
+    if not target:
+        return
+    entry = result.to_dict()
+    entry["notebook"] = notebook
+    with open(target, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
+    """Run the behavioural checks of one exercise on ``candidate`` and print a short report.
+
+    ``candidate`` is what the exercise asks for (a class or a function; see
+    :func:`list_checks` for each signature). Keyword arguments:
+
+    * ``timeout`` — seconds for the whole check (default :data:`CHECK_TIMEOUT`);
+    * ``part_timeout`` — seconds for one part (default :data:`PART_TIMEOUT`);
+    * ``loader_timeout`` — the ``timeout`` of every DataLoader the check creates (default :data:`LOADER_TIMEOUT`);
+    * ``quiet=True`` — do not print the report;
+    * ``record=False`` — do not record the result for the notebook grader (for demonstrations).
+
+    Returns a :class:`CheckResult` (``.passed``, ``.score``, ``.max_score``, ``.parts``).
+    A hanging candidate fails the part it hangs in; it never hangs the caller.
+    """
+    if exercise_id not in _EXERCISES:
+        raise ValueError(f"no check called {exercise_id!r}; the checks are: {', '.join(e.id for e in _exercises())}")
+    unknown = set(kwargs) - {"timeout", "part_timeout", "loader_timeout", "quiet", "record"}
+    if unknown:
+        raise TypeError(f"check() got unexpected keyword arguments {sorted(unknown)}")
+    exercise = _EXERCISES[exercise_id]
+    if not callable(candidate):
+        raise TypeError(
+            f"check({exercise_id!r}, ...) needs the class or function itself, not an instance of {type(candidate).__name__}; "
+            f"the check calls it as {exercise.signature[: exercise.signature.index(')') + 1]}"
+        )
+    limits = {
+        "timeout": float(kwargs.get("timeout", CHECK_TIMEOUT)),
+        "part_timeout": float(kwargs.get("part_timeout", PART_TIMEOUT)),
+        "loader_timeout": float(kwargs.get("loader_timeout", LOADER_TIMEOUT)),
+    }
+    start = time.perf_counter()
+    for stream in (sys.stdout, sys.stderr):  # processes forked from here must not inherit unwritten output
+        with contextlib.suppress(Exception):
+            stream.flush()
+    fixtures = exercise.fixtures()
+    if "fork" in multiprocessing.get_all_start_methods():
+        parts = _run_isolated(exercise, candidate, fixtures, limits)
+    else:
+        parts = _run_in_process(exercise, candidate, fixtures, limits)
+    name = getattr(candidate, "__name__", type(candidate).__name__)
+    result = CheckResult(exercise_id, name, parts, time.perf_counter() - start)
+    if kwargs.get("record", True):
+        _record(result, exercise.notebook)
+    if not kwargs.get("quiet", False):
+        print(result.report())
+    return result

@@ -1,0 +1,305 @@
+"""What several checks share: cached fixture archives, reference digests, DataLoaders with
+time limits, collecting and auditing an epoch, and looking for open handles.
+
+Fixture archives are written by the reference writers of :mod:`packlab.pack` (never the
+candidate's) and cached under ``<data root>/packed/grading/<manifest digest>/``, so a
+check pays for them once per dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import pickle
+import tarfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from packlab import audit, data, pack, paths
+from packlab.grading.core import Context, PartFailed, describe
+from packlab.transforms import RAW_SHAPE
+
+
+# ----------------------------------------------------------------- fixtures and references
+
+
+def fixture_root() -> Path:
+    """Where checks cache the archives they read, one folder per dataset version."""
+    return paths.packed_dir() / "grading" / data.sha256_file(paths.manifest_path())[:12]
+
+
+@contextlib.contextmanager
+def locked(folder: Path):
+    """Hold an exclusive lock on ``folder`` so concurrent checks do not write one fixture twice."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except ImportError:  # Windows: no locking, fixtures are still written atomically
+            pass
+        yield
+
+
+def subset(count: int, seed: int) -> list[data.Sample]:
+    """A fixed random subset of the manifest (sorted by key): the samples a check reads."""
+    manifest = data.load_manifest()
+    chosen = np.random.default_rng(seed).choice(len(manifest), size=count, replace=False)
+    return [manifest[i] for i in sorted(chosen)]
+
+
+def fixture_zip(name: str, samples: Sequence[data.Sample], members: str) -> Path:
+    """A zip of ``samples`` written by the reference :func:`packlab.pack.write_zip`, cached."""
+    root = fixture_root()
+    target = root / f"{name}.zip"
+    with locked(root):
+        if not target.exists():
+            pack.write_zip(target, members=members, samples=samples, progress=False)
+    return target
+
+
+def fixture_shards(name: str, samples: Sequence[data.Sample], maxcount: int) -> list[Path]:
+    """Tar shards of ``samples`` written by the reference :func:`packlab.pack.write_tar_shards`, cached."""
+    root = fixture_root()
+    folder = root / name
+    done = folder / ".complete"
+    with locked(root):
+        if not done.exists():
+            pack.write_tar_shards(folder, samples=samples, maxcount=maxcount, seed=0, progress=False)
+            done.touch()
+    return sorted(folder.glob("shard-*.tar"))
+
+
+def reference_pixels(keys: Sequence[str]) -> dict[str, str]:
+    """Pixel digests of the standard transform of each key's original (see :mod:`packlab.audit`), cached."""
+    root = fixture_root()
+    cache = root / "reference-digests.json"
+    with locked(root):
+        known = json.loads(cache.read_text()) if cache.exists() else {}
+        missing = [k for k in keys if k not in known]
+        if missing:
+            known.update(audit.reference_digests(missing))
+            partial = cache.with_suffix(".partial")
+            partial.write_text(json.dumps(known, sort_keys=True))
+            os.replace(partial, cache)
+    return {k: known[k] for k in keys}
+
+
+def sha256_transform(data: bytes, source: str | None = None) -> torch.Tensor:
+    """A transform the checks pass instead of the standard one: the SHA-256 of the bytes, as 32 uint8.
+
+    The manifest holds each JPEG's SHA-256, so this verifies every byte of every sample
+    without the cost of decoding it.
+    """
+    return torch.frombuffer(bytearray(hashlib.sha256(data).digest()), dtype=torch.uint8)
+
+
+def cut_inherited_handles(path: str, worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: point every descriptor inherited on ``path`` at /dev/null.
+
+    Runs first thing in each worker. A dataset that opens its own handle in the worker is
+    unaffected; one that reads through a handle opened in the parent now fails on its first
+    read instead of only when two workers' reads happen to collide. Linux only (it reads
+    ``/proc/self/fd``); elsewhere it does nothing.
+    """
+    fd_dir = "/proc/self/fd"
+    if not os.path.isdir(fd_dir):
+        return
+    target = os.path.realpath(path)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for entry in os.listdir(fd_dir):
+            fd = int(entry)
+            if fd == null:
+                continue
+            try:
+                link = os.readlink(f"{fd_dir}/{entry}")
+            except OSError:
+                continue
+            if link == target:
+                os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+def open_handles(path: Path) -> int | None:
+    """How many descriptors this process holds on ``path`` (None where /proc is unavailable)."""
+    fd_dir = "/proc/self/fd"
+    if not os.path.isdir(fd_dir):
+        return None
+    target = os.path.realpath(path)
+    count = 0
+    for entry in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"{fd_dir}/{entry}") == target
+    return count
+
+
+def open_handle_attributes(obj) -> list[str]:
+    """Attributes of ``obj`` (or values inside its dicts and lists) that are open files or ZipFiles."""
+
+    def is_open(value) -> bool:
+        if isinstance(value, zipfile.ZipFile):
+            return value.fp is not None
+        if isinstance(value, tarfile.TarFile):
+            return not value.closed
+        return isinstance(value, io.IOBase) and not value.closed
+
+    found = []
+    for name, value in vars(obj).items():
+        values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        if any(is_open(v) for v in values):
+            found.append(name)
+    return found
+
+
+# ------------------------------------------------------------------- epochs and audits
+
+
+def make_loader(ctx: Context, dataset, workers: int = 0, method: str | None = None, **kwargs) -> DataLoader:
+    """A DataLoader as the checks use it: explicit start method and a timeout whenever workers run."""
+    kwargs.setdefault("batch_size", 16)
+    if workers:
+        kwargs.update(num_workers=workers, multiprocessing_context=method or "fork", timeout=ctx.loader_timeout)
+    return DataLoader(dataset, **kwargs)
+
+
+def collect_epoch(loader, expected: int, digest: str) -> list[tuple[str, int, str]]:
+    """One epoch as ``(key, label, digest)`` records; ``digest`` is ``"pixels"`` or ``"sha256"``.
+
+    Stops with a failure when the loader delivers more than three times the samples that
+    exist, so an endless iterable cannot run forever.
+    """
+    records = []
+    limit = 3 * expected + 64
+    iterator = None
+    try:
+        iterator = iter(loader)
+        for batch in iterator:
+            if not (isinstance(batch, (tuple, list)) and len(batch) == 3):
+                raise PartFailed(
+                    "with return_key=True every sample must be (image, label, key), so batches are "
+                    f"(images, labels, keys); a batch was a {type(batch).__name__}"
+                    + (f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else "")
+                )
+            images, labels, keys = batch
+            if not (isinstance(labels, torch.Tensor) and not labels.is_floating_point() and labels.dim() == 1):
+                raise PartFailed(
+                    f"labels were collated into {type(labels).__name__}"
+                    + (f" of {type(labels[0]).__name__}" if isinstance(labels, (list, tuple)) and labels else "")
+                    + "; return each label as an int so the DataLoader makes a tensor of them"
+                )
+            for i, key in enumerate(keys):
+                records.append((str(key), int(labels[i]), image_digest(images[i], digest)))
+            if len(records) > limit:
+                raise PartFailed(f"the epoch delivered more than {limit} samples ({expected} exist) and did not end")
+    except PartFailed:
+        stop_workers(iterator)
+        raise
+    except Exception as exc:
+        stop_workers(iterator)
+        raise PartFailed(f"reading an epoch raised {describe(exc)}") from exc
+    return records
+
+
+def stop_workers(iterator) -> None:
+    """Stop the workers of an epoch that failed, at once.
+
+    Left to itself, a DataLoader iterator whose workers raised waits up to five seconds
+    per worker when it is cleaned up, and the clean-up may even run later in another
+    process (a worker forked afterwards inherits the failed iterator), which then
+    complains. Killing the workers and shutting the iterator down here avoids both.
+    """
+    workers = getattr(iterator, "_workers", None)
+    if not workers:
+        return
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.kill()
+    with contextlib.suppress(Exception):
+        iterator._shutdown_workers()
+
+
+def image_digest(image, kind: str) -> str:
+    if kind == "pixels":
+        if not isinstance(image, torch.Tensor) or tuple(image.shape) != (3, RAW_SHAPE[0], RAW_SHAPE[1]):
+            raise PartFailed(
+                f"images must be 3x{RAW_SHAPE[0]}x{RAW_SHAPE[1]} tensors (the standard transform), got "
+                f"{type(image).__name__} {tuple(getattr(image, 'shape', ()))}"
+            )
+        return audit.tensor_digest(image)
+    if not (isinstance(image, torch.Tensor) and image.dtype == torch.uint8 and tuple(image.shape) == (32,)):
+        raise PartFailed(
+            f"the check passed transform={sha256_transform.__name__} and got back "
+            f"{type(image).__name__} {tuple(getattr(image, 'shape', ()))} instead of its 32-byte digest: "
+            "apply the transform given to the constructor to the encoded bytes, in place of the default"
+        )
+    return bytes(image.numpy()).hex()
+
+
+def audit_records(records, expected: Sequence[data.Sample], reference: dict[str, str], workers: int = 0) -> str:
+    """Audit one epoch; return a success message or raise :class:`PartFailed` with the report."""
+    report = audit.audit_epoch(records, expected, reference)
+    if report.ok:
+        return f"{len(records)} samples, each exactly once, labels and contents match the manifest"
+    message = report.summary()
+    counts = set(report.duplicated.values())
+    if workers > 1 and counts == {workers} and not report.missing:
+        message += f"\n(every sample arrived {workers} times, once per worker: the workers do not split the work)"
+    raise PartFailed(message)
+
+
+def preflight_spawn(dataset) -> None:
+    """Do here, at once, what each spawn worker will do: unpickle a copy, then read one sample.
+
+    Starting spawn workers takes seconds (each imports torch); a dataset that cannot be
+    pickled, or cannot read at all, is reported without that wait and with a clearer message.
+    """
+    try:
+        copy = pickle.loads(pickle.dumps(dataset))
+    except Exception as exc:
+        raise PartFailed(f"spawn workers receive a pickled copy of the dataset, but pickling it raised {describe(exc)}") from None
+    try:
+        if isinstance(copy, torch.utils.data.IterableDataset):
+            samples = iter(copy)
+            next(samples)
+            if hasattr(samples, "close"):
+                samples.close()
+        else:
+            copy[0]
+    except Exception as exc:
+        raise PartFailed(f"a pickled copy of the dataset could not read its first sample: {describe(exc)}") from None
+
+
+def sha_reference(samples: Sequence[data.Sample]) -> dict[str, str]:
+    return {s.key: s.sha256 for s in samples}
+
+
+def check_item(item, with_key: bool, key: str | None = None) -> None:
+    """One dataset item: (image, label) or (image, label, key), image a standard 3x256x256 float tensor."""
+    size = 3 if with_key else 2
+    if not (isinstance(item, tuple) and len(item) == size):
+        kind = f"{type(item).__name__} of {len(item)}" if isinstance(item, (tuple, list)) else type(item).__name__
+        raise PartFailed(f"an item must be a tuple (image, label{', key' if with_key else ''}); got a {kind}")
+    image, label = item[0], item[1]
+    if not (isinstance(image, torch.Tensor) and image.dtype == torch.float32 and tuple(image.shape) == (3, 256, 256)):
+        raise PartFailed(
+            f"the image must be a float32 tensor of shape (3, 256, 256); got {type(image).__name__} "
+            f"{getattr(image, 'dtype', '')} {tuple(getattr(image, 'shape', ()))}"
+        )
+    is_int = isinstance(label, (int, np.integer)) and not isinstance(label, bool)
+    is_int = is_int or (isinstance(label, torch.Tensor) and label.dim() == 0 and not label.is_floating_point())
+    if not is_int:
+        raise PartFailed(f"the label must be an int; got {type(label).__name__} {label!r}")
+    if with_key and item[2] != key:
+        raise PartFailed(f"expected key {key!r} for this index, got {item[2]!r}")
+
