@@ -31,8 +31,8 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from packlab import audit, data, pack
-from packlab.loaders import (BatchBufferPool, JpegFolderDataset, RawFolderDataset, RecyclingLoader, TarShardDataset,
-                             ThreadLoader, ZipDataset)
+from packlab.loaders import (BatchBufferPool, JpegFolderDataset, NaiveZipDataset, RawFolderDataset, RecyclingLoader,
+                             TarShardDataset, ThreadLoader, ZipDataset)
 from packlab.loaders.skipping import BadSampleWarning
 from packlab.loaders.tar import ShardError
 from packlab.loaders.threads import THREAD_PREFIX
@@ -394,3 +394,16 @@ def test_a_truncated_shard_raises_naming_it_through_both_loaders(small_root, tmp
         with pytest.raises(ShardError, match=r"shard-000000\.tar is truncated"):
             list(make(dataset, batch_size=4))
     assert not leftover_threads()
+
+
+@pytest.mark.filterwarnings("ignore:Got pickle error:UserWarning")
+def test_a_dataset_spawn_cannot_pickle_fails_at_once_and_starts_nothing(packed):
+    """Chapter 3's zip opened in __init__ cannot be pickled into spawn workers: the same TypeError as a DataLoader's."""
+    dataset = NaiveZipDataset(packed["jpeg_zip"])
+    loader = recycling(dataset, batch_size=4, multiprocessing_context="spawn")
+    try:
+        with pytest.raises(TypeError, match="cannot pickle"):
+            iter(loader)
+    finally:
+        dataset.archive.close()
+    assert loader.pool.counts()["busy"] == 0

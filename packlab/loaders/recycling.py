@@ -437,11 +437,15 @@ class _RecyclingEpoch:
             self.inboxes.append(inbox)
             self.processes.append(process)
             self.known.append(set(buffers))
-        for process in self.processes:
-            process.start()
         # Also runs if the epoch is dropped half-way (a `break`); it holds no reference to self.
         self._finalizer = weakref.finalize(self, _end_epoch, self.processes, self.inboxes, self.outbox,
                                            self.pool, self.busy)
+        try:
+            for process in self.processes:
+                process.start()  # under spawn/forkserver this pickles the dataset, which may fail
+        except BaseException:
+            self._finalizer()  # stop the workers that did start
+            raise
         if loader.iterable:
             self.active = list(range(loader.workers))  # workers whose share is not finished, in turn
             self.turn = 0
