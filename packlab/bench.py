@@ -220,38 +220,85 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
     return best / len(items)
 
 
-def interleaved(measurements: dict[str, Callable[[], float]], repeats: int = 3) -> dict[str, list[float]]:
-    """Run every measurement ``repeats`` times, one of each in turn; ``{name: [values]}``.
+# ------------------------------------------------ repeated, interleaved measurements
+#
+# On a shared machine one run of a measurement says little: the load changes from one
+# second to the next. A comparison the prose draws a conclusion from is therefore the
+# median of several runs, interleaved so that a busy minute hits every contender alike,
+# with the range shown; when the ranges overlap there is no clear difference.
 
-    Interleaving spreads a change in the machine's load (another program starting, the
-    CPU clocking down) over all of them instead of letting it land on one. The starting
-    measurement rotates from turn to turn.
+
+class Spread(list):
+    """Repeated measurements of one quantity: the values (a list), their median and their range.
+
+    ``Spread.of(values)`` makes one from any iterable of numbers (another Spread included);
+    :func:`interleaved` returns one per measurement.
     """
-    names = list(measurements)
-    values: dict[str, list[float]] = {name: [] for name in names}
-    for turn in range(repeats):
-        shift = turn % len(names)
-        for name in names[shift:] + names[:shift]:
-            values[name].append(measurements[name]())
-    return values
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread:
+        values = [float(v) for v in values]
+        if not values:
+            raise ValueError("a spread needs at least one measurement")
+        return cls(values)
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        return tuple(self)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self)
+
+    @property
+    def low(self) -> float:
+        return min(self)
+
+    @property
+    def high(self) -> float:
+        return max(self)
+
+    def overlaps(self, other: Spread) -> bool:
+        """Whether the two ranges share any value (then neither is clearly higher)."""
+        return self.low <= other.high and other.low <= self.high
+
+    def format(self, spec: str = ".0f") -> str:
+        """``"452 (430-470)"``: the median, then the range, each formatted with ``spec``."""
+        return f"{self.median:{spec}} ({self.low:{spec}}\u2013{self.high:{spec}})"
+
+    __str__ = format
 
 
-def spread(values: Sequence[float]) -> tuple[float, float, float]:
-    """``(median, min, max)`` of repeated measurements."""
-    return statistics.median(values), min(values), max(values)
+def compare(a: Spread, b: Spread) -> int:
+    """1 if ``a`` is clearly higher than ``b``, -1 if clearly lower, 0 if their ranges overlap."""
+    if a.overlaps(b):
+        return 0
+    return 1 if a.median > b.median else -1
 
 
-def compare(a: Sequence[float], b: Sequence[float], higher: str = "faster", lower: str = "slower") -> str:
-    """``higher`` if every run of ``a`` beat every run of ``b``, ``lower`` if the reverse, else "no clear difference".
+def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
+    """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
+    or ``"no clear difference"`` when the ranges overlap (see :func:`compare`)."""
+    verdict = compare(a, b)
+    if verdict == 0:
+        return "no clear difference"
+    ratio = a.median / b.median if verdict > 0 else b.median / a.median
+    return f"{ratio:.1f} times {higher if verdict > 0 else lower}"
 
-    With three runs each, ranges that overlap mean the runs do not separate the two;
-    prose that draws a conclusion uses this verdict rather than the medians alone.
+
+def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
+    """Call every function of ``runs`` once per round, for ``rounds`` rounds; each one's :class:`Spread`.
+
+    The order is A, B, C, A, B, C, ... rather than A, A, A, B, B, B, so that a change in the
+    machine's load during the measurement reaches every contender, not only the last one.
     """
-    if min(a) > max(b):
-        return higher
-    if max(a) < min(b):
-        return lower
-    return "no clear difference"
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    values: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            values[name].append(float(run()))
+    return {name: Spread(v) for name, v in values.items()}
 
 
 # ---------------------------------------------------------- the benchmark suite (make bench)

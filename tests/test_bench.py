@@ -8,7 +8,18 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from packlab.bench import BenchResult, BenchTable, batch_size_of, run_until_error, time_loader, time_per_item
+from packlab.bench import (
+    BenchResult,
+    BenchTable,
+    Spread,
+    batch_size_of,
+    compare,
+    ratio_words,
+    interleaved,
+    run_until_error,
+    time_loader,
+    time_per_item,
+)
 
 
 def _loader(n=50, batch_size=8):
@@ -176,14 +187,27 @@ def test_quick_root_holds_the_first_images_and_is_reused(small_root, tmp_path):
     assert quick_root(12, out_dir=tmp_path, source=small_root) == root
 
 
-def test_interleaved_runs_rotate_and_compare_says_no_clear_difference_when_ranges_overlap():
-    from packlab.bench import compare, interleaved, spread
+def test_interleaved_runs_take_turns_and_spreads_summarise_them():
+    order = []
+    results = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, rounds=3)
+    assert order == ["a", "b"] * 3
+    assert results == {"a": [1.0] * 3, "b": [2.0] * 3}  # a Spread is the list of its values
+    assert results["b"].median == 2.0 and Spread.of(results["b"]) == results["b"]
+    spread = Spread.of([3.0, 1.0, 2.0, 10.0])
+    assert (spread.median, spread.low, spread.high) == (2.5, 1.0, 10.0)
+    assert Spread.of([5, 1, 3]).format(".1f") == "3.0 (1.0\u20135.0)"
+    assert str(Spread.of([5, 1, 3])) == "3 (1\u20135)"
+    with pytest.raises(ValueError):
+        Spread.of([])
+    with pytest.raises(ValueError):
+        interleaved({"a": lambda: 1.0}, rounds=0)
 
-    calls = []
-    values = interleaved({"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or 2.0}, repeats=3)
-    assert values == {"a": [1.0] * 3, "b": [2.0] * 3}
-    assert calls == ["a", "b", "b", "a", "a", "b"]
-    assert spread([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
-    assert compare([5, 6, 7], [1, 2, 3]) == "faster" and compare([1, 2, 3], [5, 6, 7]) == "slower"
-    assert compare([1, 5, 6], [2, 3, 4]) == "no clear difference"
-    assert compare([5, 6], [1, 2], higher="more", lower="less") == "more"
+
+def test_compare_says_no_clear_difference_when_ranges_overlap():
+    assert compare(Spread.of([10, 11, 12]), Spread.of([1, 2, 3])) == 1
+    assert compare(Spread.of([1, 2, 3]), Spread.of([10, 11, 12])) == -1
+    assert compare(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == 0
+    assert compare(Spread.of([1, 2, 3]), Spread.of([3, 4, 5])) == 0  # touching ranges overlap
+    assert ratio_words(Spread.of([30, 31, 32]), Spread.of([10, 11, 12])) == "2.8 times faster"
+    assert ratio_words(Spread.of([10, 11, 12]), Spread.of([30, 31, 32]), "larger", "smaller") == "2.8 times smaller"
+    assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
