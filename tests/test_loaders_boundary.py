@@ -34,6 +34,7 @@ from packlab import audit, data, pack
 from packlab.loaders import (BatchBufferPool, JpegFolderDataset, NaiveZipDataset, RawFolderDataset, RecyclingLoader,
                              TarShardDataset, ThreadLoader, ZipDataset)
 from packlab.loaders.skipping import BadSampleWarning
+from packlab.loaders import tar as tarloader
 from packlab.loaders.tar import ShardError
 from packlab.loaders.threads import THREAD_PREFIX
 from packlab.transforms import CorruptImageError, decode_and_resize, raw_to_array
@@ -188,7 +189,9 @@ def test_a_kept_batch_or_a_kept_view_is_never_overwritten(loader_name, small_roo
                     TarShardDataset(packed["shards"], transform=decode_and_resize, return_key=True)):
         loader = LOADERS[loader_name](dataset, batch_size=4, prefetch=1)
         kept_batch = kept_image = None
-        for _ in range(2):
+        for epoch in range(2):
+            if hasattr(dataset, "set_epoch"):
+                dataset.set_epoch(epoch)
             for number, (images, labels, keys) in enumerate(loader):
                 if kept_batch is None:
                     kept_batch, kept_keys = images, keys
@@ -407,3 +410,16 @@ def test_a_dataset_spawn_cannot_pickle_fails_at_once_and_starts_nothing(packed):
     finally:
         dataset.archive.close()
     assert loader.pool.counts()["busy"] == 0
+
+
+def test_thread_readers_of_one_epoch_are_not_taken_for_a_repeated_epoch(packed):
+    """The readers are threads of one process; each keeps its own mark of the epoch it read."""
+    dataset = TarShardDataset(packed["shards"], shuffle_buffer=16, transform=decode_and_resize)
+    loader = threaded(dataset, batch_size=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tarloader.RepeatedEpochWarning)
+        for epoch in range(2):
+            dataset.set_epoch(epoch)
+            assert sum(len(labels) for _, labels in loader) == 60
+    with pytest.warns(tarloader.RepeatedEpochWarning, match="without set_epoch"):
+        list(loader)  # a third pass, still epoch 1: this one does repeat
