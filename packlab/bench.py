@@ -650,6 +650,19 @@ def _small_files_section(root=None, quick: bool = False, log: Callable[[str], No
 SECTIONS: dict[str, Callable[..., dict]] = {"small_files": _small_files_section}
 
 
+def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Chapter 9: every packed format side by side (:mod:`packlab.formats.bench`)."""
+    from packlab.formats.bench import format_formats, measure_formats
+
+    log("other formats: size, write time and read rates of every layout, 3 rounds")
+    out = measure_formats(root=root, log=lambda message: log(f"  {message}"))
+    out["summary"] = format_formats(out)
+    return out
+
+
+SECTIONS["formats"] = _formats_section
+
+
 def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
     """One loader's epochs: median, range, and where the time went in its median epoch."""
     rates = [e["images_per_s"] for e in epochs]
