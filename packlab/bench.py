@@ -16,7 +16,6 @@ Results print as a small table; several results side by side make a
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -350,10 +349,12 @@ def spread_table(spreads: dict[str, Spread], quantity: str = "images/s", fmt: st
 # ---------------------------------------------------------- the benchmark suite (make bench)
 #
 # `python -m packlab.bench` (what `make bench` runs) measures, in one process tree and one
-# run: the decode ceiling, then every loader of the course at several worker counts on
-# the full dataset, then the small-file penalty on cold and on modelled network storage.
+# run: the decode ceiling of one core and of all cores at once; every loader of the course
+# and its modern peers (webdataset, torchdata.nodes, SPDL) on the same shards with the same
+# transform and batch size, three epochs each, interleaved; the worker-count sweep of the
+# course's loaders; the small-file penalty; and any extra section registered in SECTIONS.
 # It prints a table and writes _build/bench/bench.json and _build/bench/bench.png.
-
+# `--quick` runs the same on a few hundred images, to check that everything runs.
 
 @contextmanager
 def torch_threads(count: int):
@@ -383,77 +384,207 @@ def measure_ceiling(encoded: Sequence[bytes], transform: Callable | None = None)
         return len(encoded) / (time.perf_counter() - start)
 
 
-def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict[str, float]:
-    """Seconds per image to fill a batch in fresh shared memory, in fresh private memory, and in reused memory.
+def _decode_share(share: Sequence[bytes], barrier, results) -> None:
+    """One process of :func:`measure_parallel_ceiling`: wait for the others, then decode its share."""
+    from packlab.transforms import standard_transform
 
-    A DataLoader worker hands every batch to the main process in a new shared-memory
-    block; the kernel must supply (and zero) its pages before the worker can write them.
-    This measures that cost per image of the standard 3x256x256 float batch, next to
-    writing the same batch into memory that is already mapped. The decode ceiling does
-    not pay it; a loader with workers does, for every batch.
+    torch.set_num_threads(1)
+    barrier.wait()
+    start = time.monotonic()  # the same clock in every process (CLOCK_MONOTONIC)
+    for blob in share:
+        standard_transform(blob)
+    results.put((start, time.monotonic(), len(share)))
+
+
+def measure_parallel_ceiling(encoded: Sequence[bytes], processes: int) -> float:
+    """Images/s of ``processes`` processes decoding (+ standard transform) at the same time.
+
+    Each process takes every ``processes``-th image, all start together (a barrier), and
+    the rate is all images over the time from the first start to the last finish. This is
+    what the cores deliver together when nothing crosses a process boundary: an upper
+    bound for any loader with that many workers, usually a little below ``processes``
+    times :func:`measure_ceiling` (shared caches, memory bandwidth, clock boost).
     """
+    import multiprocessing
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_decode_share, args=(encoded[i::processes], barrier, results), daemon=True)
+               for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    spans = [results.get(timeout=3600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return sum(n for _, _, n in spans) / (max(end for _, end, _ in spans) - min(start for start, _, _ in spans))
+
+
+def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:
+    """Seconds per image to fill a batch in fresh shared, fresh private and reused memory.
+
+    A DataLoader worker builds every batch in a new shared-memory block; the kernel must
+    supply (and zero) its pages, one page fault per 4 kB, before the worker can write
+    them, and unmap them when the batch is freed. This measures that, per image of the
+    standard 3x256x256 float batch, next to writing into memory that is already mapped,
+    private (a thread loader's recycled buffer) or shared (a recycling process loader's).
+    The kinds are interleaved ``repeats`` times; ``<kind>_s_per_image`` is the median,
+    ``ranges`` the min and max.
+    """
+    from packlab.loaders.recycling import shared_float_tensor
     from packlab.transforms import IMAGE_SIZE
 
     shape = (batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
-    numel = math.prod(shape)
-
-    def fresh_shared():
-        storage = torch.empty(0)._typed_storage()._new_shared(numel, device="cpu")
-        return torch.empty(0).new(storage).view(shape)
-
-    reused = torch.empty(shape)
-    reused.fill_(0.0)
-    kinds = {"fresh_shared": fresh_shared, "fresh_private": lambda: torch.empty(shape), "reused": lambda: reused}
-    out = {}
+    reused_private = torch.zeros(shape)
+    reused_shared = shared_float_tensor(shape).zero_()
+    kinds = {"fresh_shared": lambda: shared_float_tensor(shape), "fresh_private": lambda: torch.empty(shape),
+             "reused": lambda: reused_private, "reused_shared": lambda: reused_shared}
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
     with torch_threads(1):
-        for kind, make in kinds.items():
-            best = float("inf")
-            for _ in range(repeats):
+        for _ in range(repeats):
+            for kind, make in kinds.items():
                 start = time.perf_counter()
-                make().fill_(0.5)
-                best = min(best, time.perf_counter() - start)
-            out[f"{kind}_s_per_image"] = best / batch_size
+                make().fill_(0.5)  # a fresh batch is also freed (unmapped) inside the timed region
+                times[kind].append((time.perf_counter() - start) / batch_size)
+    out: dict = {f"{kind}_s_per_image": statistics.median(t) for kind, t in times.items()}
+    out["ranges"] = {kind: [min(t), max(t)] for kind, t in times.items()}
     return out
 
 
-def _suite_loaders(root, shards: list[str], zip_path, seed: int = 0) -> dict[str, Callable[[int], Iterable]]:
-    """name -> ``make(workers)``: every loader of the benchmark, all producing the standard float batches.
+# -------------------------------------------------------------- where the CPU time goes
 
-    Ours use the fast path of :mod:`packlab.loaders.batching` (uint8 pixels, converted to
-    float a batch at a time); webdataset runs the course's pipeline as chapter 5 writes it,
-    with the standard transform per sample. ``tar, per-sample float`` is our tar loader
-    with the standard transform and the default collate, to show what the batching buys.
+
+def busy_core_seconds() -> float | None:
+    """CPU seconds spent so far by everything on this machine (Linux ``/proc/stat``), or None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_epoch(loader: Iterable, name: str) -> dict:
+    """One epoch through :func:`time_loader`, with the CPU time this process and the machine spent on it."""
+    own, busy = time.process_time(), busy_core_seconds()
+    result = time_loader(loader, epochs=1, name=name)
+    busy_after = busy_core_seconds()
+    return {
+        "images": result.images_per_epoch,
+        "seconds": result.epoch_seconds[0],
+        "images_per_s": result.images_per_s,
+        "first_batch_seconds": result.first_batch_seconds,
+        "main_cpu_s": time.process_time() - own,  # this process, all its threads
+        "busy_core_s": None if busy is None else busy_after - busy,  # every process on the machine
+    }
+
+
+def where_the_time_goes(epoch: dict, parallel_ceiling: float, cores: int) -> dict:
+    """Core-milliseconds per image of one epoch: decoding, other work, and idle cores.
+
+    At ``rate`` images/s, ``cores`` cores offer ``cores / rate`` core-seconds per image.
+    The parallel ceiling needs ``cores / parallel_ceiling`` of them to decode; whatever
+    else was busy (reading, batching, handing batches over, the main process) is extra
+    work, and the rest is cores standing idle (start-up, waiting for a batch, threads
+    waiting for the GIL). ``limited_by`` names the larger of the two losses. Busy time is
+    the machine's: other programs running at the same time count as extra work.
+    """
+    per_image = 1e3 / epoch["images"]
+    budget = cores * 1e3 / epoch["images_per_s"]
+    decode = cores * 1e3 / parallel_ceiling
+    out = {
+        "core_ms_per_image": budget,
+        "decode_core_ms_per_image": decode,
+        "main_process_cpu_ms_per_image": epoch["main_cpu_s"] * per_image,
+        "busy_core_ms_per_image": None,
+        "extra_work_core_ms_per_image": None,
+        "idle_core_ms_per_image": None,
+    }
+    if epoch["busy_core_s"] is None:
+        out["limited_by"] = "unknown: machine-wide CPU time is read from /proc/stat, which this system lacks"
+        return out
+    busy = epoch["busy_core_s"] * per_image
+    extra, idle = busy - decode, budget - busy
+    out.update(busy_core_ms_per_image=busy, extra_work_core_ms_per_image=extra, idle_core_ms_per_image=idle)
+    if idle >= extra:
+        out["limited_by"] = (f"idle cores: {idle:.2f} core-ms per image unused (start-up, waiting for batches, "
+                             f"threads waiting for the GIL), against {extra:.2f} of work beyond decoding")
+    else:
+        out["limited_by"] = (f"work beyond decoding: {extra:.2f} core-ms per image on top of the ceiling's "
+                             f"{decode:.2f} (reading, batching, the hand-over; the main process used "
+                             f"{out['main_process_cpu_ms_per_image']:.2f}), against {idle:.2f} idle")
+    return out
+
+
+# -------------------------------------------------------------- the loaders and their peers
+
+
+#: Which loaders are the course's own and which are peers; "variant" rows explain a ratio.
+OURS, PEER, VARIANT = "ours", "peer", "variant"
+#: The course's original loaders, also swept over worker counts.
+SWEPT = ("JPEG folder", "zip, per-worker handle", "tar shards (ours)", "webdataset")
+
+
+def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, seed: int = 0) -> dict:
+    """name -> ``(group, make(workers))``: every loader of the benchmark, all giving standard float batches.
+
+    All use the same transform: decode and resize to uint8 with Pillow, then one float
+    conversion per batch (:func:`packlab.loaders.batching.collate_uint8_images`, or the
+    same arithmetic straight into a batch buffer). Map-style loaders read in shuffled
+    order, shard readers shuffle in a buffer of 1,000 samples. ``tar, per-sample float``
+    converts per sample and stacks with the default collate, to show what batching buys.
     """
     from torch.utils.data import DataLoader
 
-    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
+    from packlab.loaders import JpegFolderDataset, RecyclingLoader, TarShardDataset, ThreadLoader, ZipDataset
     from packlab.loaders.batching import collate_uint8_images
+    from packlab.loaders.peers import SpdlPipelineLoader, TorchdataNodesLoader
     from packlab.loaders.with_webdataset import webdataset_loader
     from packlab.transforms import decode_and_resize
 
-    batch = 64
-
-    def context(workers: int):
+    def context(workers):
         return "fork" if workers else None
 
+    def order():
+        return torch.Generator().manual_seed(seed)
+
     def shuffled(dataset, workers):
-        generator = torch.Generator().manual_seed(seed)
-        return DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers,
+        return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=order(), num_workers=workers,
                           collate_fn=collate_uint8_images, multiprocessing_context=context(workers))
 
+    def tar_dataset(fast=True):
+        return TarShardDataset(shards, shuffle_buffer=1000, seed=seed,
+                               **({"transform": decode_and_resize} if fast else {}))
+
     def tar(workers, fast=True):
-        dataset = TarShardDataset(shards, shuffle_buffer=1000, seed=seed,
-                                  **({"transform": decode_and_resize} if fast else {}))
-        return DataLoader(dataset, batch_size=batch, num_workers=workers, multiprocessing_context=context(workers),
+        return DataLoader(tar_dataset(fast), batch_size=batch_size, num_workers=workers,
+                          multiprocessing_context=context(workers),
                           **({"collate_fn": collate_uint8_images} if fast else {}))
 
+    def zip_dataset():
+        return ZipDataset(zip_path, transform=decode_and_resize)
+
     return {
-        "JPEG folder": lambda w: shuffled(JpegFolderDataset(root, transform=decode_and_resize), w),
-        "zip, per-worker handle": lambda w: shuffled(ZipDataset(zip_path, transform=decode_and_resize), w),
-        "tar shards (ours)": lambda w: tar(w),
-        "webdataset": lambda w: webdataset_loader(shards, w, multiprocessing_context=context(w), batch_size=batch,
-                                                  with_keys=False),
-        "tar, per-sample float": lambda w: tar(w, fast=False),
+        "JPEG folder": (OURS, lambda w: shuffled(JpegFolderDataset(root, transform=decode_and_resize), w)),
+        "zip, per-worker handle": (OURS, lambda w: shuffled(zip_dataset(), w)),
+        "tar shards (ours)": (OURS, tar),
+        "threads, zip": (OURS, lambda w: ThreadLoader(zip_dataset(), batch_size=batch_size, threads=max(1, w),
+                                                      shuffle=True, generator=order())),
+        "threads, tar shards": (OURS, lambda w: ThreadLoader(tar_dataset(), batch_size=batch_size, threads=max(1, w))),
+        "recycling, zip": (OURS, lambda w: RecyclingLoader(zip_dataset(), batch_size=batch_size, workers=max(1, w),
+                                                           shuffle=True, generator=order(),
+                                                           multiprocessing_context="fork")),
+        "recycling, tar shards": (OURS, lambda w: RecyclingLoader(tar_dataset(), batch_size=batch_size,
+                                                                  workers=max(1, w), multiprocessing_context="fork")),
+        "webdataset": (PEER, lambda w: webdataset_loader(
+            shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=False,
+            transform=decode_and_resize, collation_fn=collate_uint8_images)),
+        "torchdata.nodes, threads": (PEER, lambda w: TorchdataNodesLoader(shards, w, "thread", batch_size, seed)),
+        "torchdata.nodes, processes": (PEER, lambda w: TorchdataNodesLoader(shards, w, "process", batch_size, seed,
+                                                                                     multiprocessing_context="fork")),
+        "SPDL, threads": (PEER, lambda w: SpdlPipelineLoader(shards, w, batch_size, seed)),
+        "tar, per-sample float": (VARIANT, lambda w: tar(w, fast=False)),
     }
 
 
@@ -567,109 +698,268 @@ def workers_or_one(workers: int) -> int:
     return max(1, workers)
 
 
+# -------------------------------------------------------------- the run
+
+
+#: What the benchmark aims for; where a goal is missed, bench.json records what limits it.
+GOALS = {"best_vs_ceiling": 0.90, "ours_vs_best_peer": 1.15}
+
+
+def _small_files_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
+    out = small_file_penalty(root, folder_files=200 if quick else 2000)
+    out["summary"] = (f"files/s under the model: " + ", ".join(f"{k} {v:.0f}" for k, v in out["modelled_files_per_s"].items())
+                      + f"; tar/folder {out['tar_vs_folder_modelled']:.1f}x")
+    return out
+
+
+#: Sections run after the loaders: name -> ``section(root=..., quick=..., log=...)`` returning a
+#: JSON-able dict, stored in bench.json under its name (a ``summary`` string, if any, is printed).
+#: A module adds its own with ``SECTIONS["name"] = function``; ``--skip name`` leaves one out.
+SECTIONS: dict[str, Callable[..., dict]] = {"small_files": _small_files_section}
+
+
+def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Chapter 9: every packed format side by side (:mod:`packlab.formats.bench`)."""
+    from packlab.formats.bench import format_formats, measure_formats
+
+    log("other formats: size, write time and read rates of every layout, 3 rounds")
+    out = measure_formats(root=root, log=lambda message: log(f"  {message}"))
+    out["summary"] = format_formats(out)
+    return out
+
+
+SECTIONS["formats"] = _formats_section
+
+
+def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
+    """One loader's epochs: median, range, and where the time went in its median epoch."""
+    rates = [e["images_per_s"] for e in epochs]
+    median_epoch = sorted(epochs, key=lambda e: e["images_per_s"])[(len(epochs) - 1) // 2]
+    median = statistics.median(rates)
+    return {
+        "loader": name, "group": group, "workers": workers,
+        "median_images_per_s": median, "min_images_per_s": min(rates), "max_images_per_s": max(rates),
+        "vs_parallel_ceiling": median / parallel_ceiling,
+        "epochs": epochs,
+        "where_the_time_goes": where_the_time_goes(median_epoch, parallel_ceiling, cores),
+    }
+
+
+def quick_root(images: int = 600, out_dir=None, source=None):
+    """A data root holding the first ``images`` samples of the dataset at ``source`` (for ``--quick``).
+
+    Files are hard-linked where the filesystem allows (copied otherwise); the zip and
+    shards the benchmark needs are written into it on first use, as for the full dataset.
+    """
+    import shutil
+    from pathlib import Path
+
+    from packlab import data, paths
+
+    folder = Path(out_dir if out_dir is not None else paths.build_dir() / "bench") / f"quick-data-{images}"
+    samples = data.load_manifest(source)[:images]
+    if paths.manifest_path(folder).exists() and data.load_manifest(folder) == samples:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    paths.images_dir(folder).mkdir(parents=True)
+    for sample in samples:
+        original, copy = data.image_path(sample.key, source), data.image_path(sample.key, folder)
+        try:
+            os.link(original, copy)
+        except OSError:
+            shutil.copyfile(original, copy)
+    data._write_csv(paths.labels_path(folder), ("key", "label"), [(s.key, s.label) for s in samples])
+    data._write_csv(paths.manifest_path(folder), data.MANIFEST_FIELDS, samples)  # last: marks the root complete
+    return folder
+
+
 def run_benchmark(
     root=None,
     worker_counts: Sequence[int] | None = None,
     out_dir=None,
     log: Callable[[str], None] = print,
-    with_small_files: bool = True,
-    with_formats: bool = True,
+    epochs: int = 3,
+    quick: bool = False,
+    ceiling_images: int = 2000,
+    loaders: Sequence[str] | None = None,
+    sections: Sequence[str] | None = None,
 ) -> dict:
-    """Run the whole benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
+    """Run the benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
 
-    ``worker_counts`` defaults to ``{0, 1, cores, 2 x cores}``. Every loader reads the full
-    dataset once per run; at ``workers = cores`` each runs two epochs and the faster one
-    counts (``best``), the other worker counts one epoch. Ratios in ``bench.json``:
+    Every loader (``loaders``: a subset of names, default all) reads the whole dataset at
+    ``workers = cores`` for ``epochs`` epochs, interleaved: one epoch of each loader in
+    turn, the two decode ceilings before each turn, the starting loader rotating. Each
+    reports its median and range. Then the course's original loaders (:data:`SWEPT`) run
+    one epoch at each other count in ``worker_counts`` (default ``{0, 1, 2 x cores}``;
+    none with ``quick``), then every section of :data:`SECTIONS` (``sections``: a
+    subset). Keys of ``bench.json``:
 
-    * ``zip_vs_ceiling``, ``tar_vs_ceiling``: best images/s at ``workers = cores`` divided
-      by ``ceiling x cores``;
-    * ``tar_vs_webdataset``: ours / webdataset, same shards, buffer, transform, batch and
-      ``workers = cores``.
+    * ``ceiling_images_per_s_per_core``: decode + standard transform in memory, one process;
+      ``parallel_ceiling``: ``cores`` processes doing that at once (:func:`measure_parallel_ceiling`);
+    * ``loaders``: per loader the epochs, median, min and max images/s, and
+      :func:`where_the_time_goes` in its median epoch;
+    * ``best_vs_ceiling``: our best loader's median / the parallel ceiling;
+      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL);
+    * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
+      the time accounting that says what held the loader back;
+    * ``batch_memory``: filling a batch in fresh against reused memory (per image);
+    * ``ratios``: between loaders (ours against webdataset, what batching, threads and recycling buy).
     """
     import json
     import platform
     from pathlib import Path
 
-    from packlab import data, pack, paths, plots
+    from packlab import data, pack, paths
 
     cores = data.available_cores()
-    worker_counts = sorted(set(worker_counts or [0, 1, cores, 2 * cores]))
     out_dir = Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = data.load_manifest(root)
+    sweep_counts = sorted(set(worker_counts if worker_counts is not None else ([] if quick else [0, 1, 2 * cores]))
+                          - {cores})
     started = time.perf_counter()
     results: dict = {
         "machine": {"cores": cores, "python": platform.python_version(), "torch": torch.__version__,
                     "load_average_before": _load_average()},
         "images": len(manifest),
+        "settings": {"epochs": epochs, "workers": cores, "batch_size": 64, "quick": quick,
+                     "ceiling_images": min(ceiling_images, len(manifest))},
+        "goals_set": GOALS,
     }
 
-    log(f"decode ceiling: decode + standard transform of {len(manifest)} JPEGs in memory, 1 process, 1 torch thread")
-    encoded = [data.image_path(s.key, root).read_bytes() for s in manifest]
-    ceiling = measure_ceiling(encoded)
-    del encoded
-    results["ceiling_images_per_s_per_core"] = ceiling
-    log(f"  {ceiling:.0f} images/s per core")
-    results["batch_memory"] = batch_memory_seconds()
-
-    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), max(worker_counts)),
+    encoded = [data.image_path(s.key, root).read_bytes() for s in manifest[:ceiling_images]]
+    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), max([cores, *sweep_counts])),
                                                        root=root, progress=False)]
     zip_path = pack.ensure_zip(root=root, progress=False)
-    loaders = _suite_loaders(root, shards, zip_path)
-    rows = []
+    factories = loader_factories(root, shards, zip_path)
+    if loaders is not None:
+        unknown = set(loaders) - set(factories)
+        if unknown:
+            raise ValueError(f"unknown loaders {sorted(unknown)}; known: {list(factories)}")
+        factories = {name: factories[name] for name in loaders}
+    log(f"{len(manifest):,} images, {len(shards)} shards, {cores} cores; {len(factories)} loaders x {epochs} epochs, "
+        "interleaved, each turn after the two decode ceilings")
+
     # 2 x cores workers is one of the measured settings; torch's warning about it says nothing new here.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    with torch_threads(1):  # the main process only collects batches; keep its thread pool out of the way
-        for name, make in loaders.items():
-            counts = [cores] if name == "tar, per-sample float" else worker_counts
-            for workers in counts:
-                epochs = 2 if workers == cores else 1
-                result = time_loader(make(workers), epochs=epochs, name=f"{name}, {workers} workers")
-                best = result.images_per_epoch / min(result.epoch_seconds)
-                rows.append({"loader": name, "workers": workers, "epochs": epochs,
-                             "images_per_s": result.images_per_s, "best_epoch_images_per_s": best,
-                             "epoch_seconds": result.epoch_seconds,
-                             "first_batch_seconds": result.first_batch_seconds})
-                log(f"  {name:24s} workers={workers}: {result.images_per_s:7.0f} images/s (best epoch {best:.0f})")
-    results["runs"] = rows
+    single, parallel = [], []
+    epochs_of: dict[str, list[dict]] = {name: [] for name in factories}
+    with torch_threads(1):  # the main process collects batches (or runs the threads): no intra-op threads
+        made = {name: make(cores) for name, (_, make) in factories.items()}
+        names = list(made)
+        for turn in range(epochs):
+            single.append(measure_ceiling(encoded))
+            parallel.append(measure_parallel_ceiling(encoded, cores))
+            log(f"turn {turn + 1}/{epochs}: decode ceiling {single[-1]:.0f} images/s on one core, "
+                f"{parallel[-1]:.0f} on {cores} at once")
+            for name in names[turn % len(names):] + names[: turn % len(names)]:
+                epoch = timed_epoch(made[name], name)
+                epochs_of[name].append(epoch)
+                log(f"  {name:28s} {epoch['images_per_s']:7.0f} images/s")
+        del made
+        ceiling, parallel_ceiling = statistics.median(single), statistics.median(parallel)
+        results.update(ceiling_images_per_s_per_core=ceiling, ceiling_runs=single,
+                       parallel_ceiling=parallel_ceiling, parallel_ceiling_runs=parallel,
+                       ceiling_scaling=parallel_ceiling / (ceiling * cores))
+        rows = [_summarise(name, factories[name][0], cores, runs, parallel_ceiling, cores)
+                for name, runs in epochs_of.items()]
+        results["loaders"] = rows
+        sweep = []
+        for name in (n for n in SWEPT if n in factories):
+            for workers in sweep_counts:
+                epoch = timed_epoch(factories[name][1](workers), name)
+                sweep.append({"loader": name, "workers": workers, **epoch})
+                log(f"  sweep {name:22s} workers={workers}: {epoch['images_per_s']:7.0f} images/s")
+        results["sweep"] = sweep
+    results["batch_memory"] = batch_memory_seconds()
+    results.update(_goals(rows, parallel_ceiling))
+    results["ratios"] = _ratios(rows)
 
-    def best(name: str, workers: int = cores) -> float:
-        return next(r["best_epoch_images_per_s"] for r in rows if r["loader"] == name and r["workers"] == workers)
-
-    results["ratios"] = {
-        "zip_vs_ceiling": best("zip, per-worker handle") / (ceiling * cores),
-        "tar_vs_ceiling": best("tar shards (ours)") / (ceiling * cores),
-        "folder_vs_ceiling": best("JPEG folder") / (ceiling * cores),
-        "webdataset_vs_ceiling": best("webdataset") / (ceiling * cores),
-        "tar_vs_webdataset": best("tar shards (ours)") / best("webdataset"),
-        "batching_gain": best("tar shards (ours)") / best("tar, per-sample float"),
-    }
-    if with_small_files:
-        log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
-        results["small_files"] = small_file_penalty(root)
-        log(f"  {results['small_files']['modelled_files_per_s']}")
-    if with_formats:  # chapter 9: every packed format side by side (packlab.formats.bench)
-        from packlab.formats.bench import measure_formats
-
-        log("other formats: size, write time and read rates of every layout, 3 rounds")
-        results["formats"] = measure_formats(root=root, log=lambda message: log(f"  {message}"))
+    for name, section in SECTIONS.items():
+        if sections is None or name in sections:
+            results[name] = section(root=root, quick=quick, log=log)
     results["machine"]["load_average_after"] = _load_average()
     results["wall_seconds"] = time.perf_counter() - started
 
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=2))
-    series: dict[str, dict[int, float]] = {}
-    for row in rows:
-        if row["loader"] != "tar, per-sample float":
-            series.setdefault(row["loader"], {})[row["workers"]] = row["images_per_s"]
-    figure = plots.plot_throughput_vs_workers(
-        series, ceiling=ceiling * cores, title=f"Full epoch of {len(manifest):,} images, {cores} cores",
-        ceiling_label=f"decode ceiling x {cores} cores",
-    )
-    figure.savefig(out_dir / "bench.png", dpi=120)
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    _plot_benchmark(results).savefig(out_dir / "bench.png", dpi=120)
     log("")
     log(format_benchmark(results))
     log(f"\nwrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'} ({results['wall_seconds']:.0f} s)")
     return results
+
+
+def _goals(rows: list[dict], parallel_ceiling: float) -> dict:
+    """``best_vs_ceiling``, ``ours_vs_best_peer`` and ``goals`` (each with its limit when missed)."""
+
+    def best(group):
+        members = [r for r in rows if r["group"] == group]
+        return max(members, key=lambda r: r["median_images_per_s"]) if members else None
+
+    ours, peer = best(OURS), best(PEER)
+    out: dict = {"best_vs_ceiling": None, "ours_vs_best_peer": None, "goals": {}}
+    if ours is None:
+        return out
+    out["best_vs_ceiling"] = ours["median_images_per_s"] / parallel_ceiling
+    reached = out["best_vs_ceiling"] >= GOALS["best_vs_ceiling"]
+    out["goals"]["best_vs_ceiling"] = {
+        "goal": GOALS["best_vs_ceiling"], "measured": out["best_vs_ceiling"], "reached": reached,
+        "ours": ours["loader"], "limit": None if reached else ours["where_the_time_goes"],
+    }
+    if peer is not None:
+        out["ours_vs_best_peer"] = ours["median_images_per_s"] / peer["median_images_per_s"]
+        reached = out["ours_vs_best_peer"] >= GOALS["ours_vs_best_peer"]
+        out["goals"]["ours_vs_best_peer"] = {
+            "goal": GOALS["ours_vs_best_peer"], "measured": out["ours_vs_best_peer"], "reached": reached,
+            "ours": ours["loader"], "peer": peer["loader"],
+            # Overlapping ranges: the runs do not separate the two clearly.
+            "ranges_overlap": ours["min_images_per_s"] <= peer["max_images_per_s"],
+            "limit": None if reached else {"ours": ours["where_the_time_goes"], "peer": peer["where_the_time_goes"]},
+        }
+    return out
+
+
+def _ratios(rows: list[dict]) -> dict:
+    """Ratios between loaders that each answer a question (each loader's ratio to the ceiling is in its row)."""
+    median = {r["loader"]: r["median_images_per_s"] for r in rows}
+    out = {}
+    for ratio, (a, b) in {"tar_vs_webdataset": ("tar shards (ours)", "webdataset"),
+                          "batching_gain": ("tar shards (ours)", "tar, per-sample float"),
+                          "recycling_vs_dataloader_tar": ("recycling, tar shards", "tar shards (ours)"),
+                          "threads_vs_dataloader_tar": ("threads, tar shards", "tar shards (ours)")}.items():
+        if a in median and b in median:
+            out[ratio] = median[a] / median[b]
+    return out
+
+
+def _plot_benchmark(results: dict):
+    import matplotlib.pyplot as plt
+
+    from packlab import plots
+
+    cores, rows = results["machine"]["cores"], results["loaders"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.9 + 0.45 * max(8, len(rows))),
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    ordered = sorted(rows, key=lambda r: -r["median_images_per_s"])
+    plots.plot_rates_with_ranges(
+        [{"name": r["loader"], "median": r["median_images_per_s"], "low": r["min_images_per_s"],
+          "high": r["max_images_per_s"], "group": r["group"]} for r in ordered],
+        lines={f"{cores} processes decoding at once": results["parallel_ceiling"],
+               f"one core's decode x {cores}": results["ceiling_images_per_s_per_core"] * cores},
+        ax=left, title=f"{results['images']:,} images, {cores} workers, median of {results['settings']['epochs']} epochs",
+    )
+    series: dict[str, dict[int, float]] = {}
+    for row in results["sweep"]:
+        series.setdefault(row["loader"], {})[row["workers"]] = row["images_per_s"]
+    for row in rows:
+        if row["loader"] in SWEPT:
+            series.setdefault(row["loader"], {})[cores] = row["median_images_per_s"]
+    plots.plot_throughput_vs_workers(series, ceiling=results["parallel_ceiling"], ax=right,
+                                     title="The course's loaders against workers",
+                                     ceiling_label=f"{cores} processes decoding at once")
+    fig.tight_layout()
+    return fig
 
 
 def _load_average() -> list[float] | None:
@@ -680,26 +970,36 @@ def _load_average() -> list[float] | None:
 
 
 def format_benchmark(results: dict) -> str:
-    """The benchmark's results as a plain-text table and the ratios."""
+    """The benchmark's results as plain text: the loaders' table, the ceilings, the goals and what limits them."""
     cores = results["machine"]["cores"]
-    ceiling = results["ceiling_images_per_s_per_core"]
-    rows = results["runs"]
-    names = list(dict.fromkeys(r["loader"] for r in rows))
-    counts = sorted({r["workers"] for r in rows})
-    table = {(r["loader"], r["workers"]): r["images_per_s"] for r in rows}
-    width = max(len(n) for n in names)
-    lines = [f"images/s, full epoch of {results['images']:,} images (start-up included)",
-             "loader".ljust(width) + "".join(f"{f'{w} workers':>12}" for w in counts)]
-    for name in names:
-        cells = "".join(f"{table[(name, w)]:12.0f}" if (name, w) in table else " " * 12 for w in counts)
-        lines.append(name.ljust(width) + cells)
-    lines.append(f"decode ceiling: {ceiling:.0f} images/s per core; x {cores} cores = {ceiling * cores:.0f}")
+    rows = sorted(results["loaders"], key=lambda r: -r["median_images_per_s"])
+    width = max(len(r["loader"]) for r in rows)
+    lines = [f"images/s, full epochs of {results['images']:,} images at {cores} workers "
+             f"(median of {results['settings']['epochs']}, start-up included)",
+             f"{'loader'.ljust(width)}  {'group':8} {'median':>7} {'min-max':>11} {'/ceiling':>8}"]
+    for r in rows:
+        lines.append(f"{r['loader'].ljust(width)}  {r['group']:8} {r['median_images_per_s']:7.0f} "
+                     f"{r['min_images_per_s']:5.0f}-{r['max_images_per_s']:<5.0f} {r['vs_parallel_ceiling']:8.2f}")
+    if results["sweep"]:
+        lines.append("sweep: " + ", ".join(f"{r['loader']} {r['workers']}w {r['images_per_s']:.0f}" for r in results["sweep"]))
+    lines.append(f"decode ceiling: {results['ceiling_images_per_s_per_core']:.0f} images/s on one core; "
+                 f"{results['parallel_ceiling']:.0f} with {cores} processes at once "
+                 f"({results['ceiling_scaling']:.2f} of {cores} x one core)")
     memory = results["batch_memory"]
-    lines.append(
-        "filling a batch, ms per image: fresh shared memory {:.2f}, fresh private {:.2f}, reused {:.2f}".format(
-            *(memory[k] * 1e3 for k in ("fresh_shared_s_per_image", "fresh_private_s_per_image", "reused_s_per_image"))
-        )
-    )
+    lines.append("filling a batch, ms per image: fresh shared memory {:.2f}, fresh private {:.2f}, "
+                 "reused private {:.2f}, reused shared {:.2f}".format(
+                     *(memory[f"{k}_s_per_image"] * 1e3 for k in ("fresh_shared", "fresh_private", "reused",
+                                                                  "reused_shared"))))
+    for name, goal in results["goals"].items():
+        who = goal["ours"] + (f" / {goal['peer']}" if "peer" in goal else "")
+        lines.append(f"{name} = {goal['measured']:.2f} ({who}); goal {goal['goal']:.2f}: "
+                     + ("reached" if goal["reached"] else "not reached"))
+        if goal.get("ranges_overlap"):
+            lines.append("  the two loaders' ranges overlap: no clear difference between them in this run")
+        limit = goal["limit"]
+        if limit:
+            for who, part in ({"ours": limit} if "limited_by" in limit else limit).items():
+                lines.append(f"  limit ({who}): {part['limited_by']}")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items()))
     small = results.get("small_files")
     if small:
@@ -713,6 +1013,14 @@ def format_benchmark(results: dict) -> str:
         from packlab.formats.bench import format_formats
 
         lines.append(format_formats(results["formats"]))
+    for name in SECTIONS:
+        if name in ("small_files", "formats"):
+            continue  # printed above
+        if isinstance(results.get(name), dict):
+            lines.append(f"{name}: {results[name].get('summary', '(see bench.json)')}")
+    load = results["machine"]
+    lines.append(f"load average before {load['load_average_before']}, after {load['load_average_after']} "
+                 f"on {cores} cores: well above {cores} means other programs competed and every figure is low")
     return "\n".join(lines)
 
 
@@ -720,13 +1028,18 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m packlab.bench", description=run_benchmark.__doc__.split("\n")[0])
-    parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 0 1 cores 2xcores)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the whole benchmark on the first --images images: checks that it runs, in minutes")
+    parser.add_argument("--images", type=int, default=600, help="images for --quick (default 600)")
+    parser.add_argument("--epochs", type=int, default=3, help="interleaved epochs per loader (default 3)")
+    parser.add_argument("--workers", type=int, nargs="*", help="worker counts of the sweep (default: 0 1 2xcores)")
+    parser.add_argument("--loaders", nargs="*", help="only these loaders (names as in the table)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(SECTIONS), help="sections to leave out")
     parser.add_argument("--out", help="output folder (default: _build/bench)")
-    parser.add_argument("--no-small-files", action="store_true", help="skip the cold-read and latency-model part")
-    parser.add_argument("--no-formats", action="store_true", help="skip the other formats (chapter 9)")
     args = parser.parse_args(argv)
-    run_benchmark(worker_counts=args.workers, out_dir=args.out, with_small_files=not args.no_small_files,
-                  with_formats=not args.no_formats)
+    root = quick_root(args.images, args.out) if args.quick else None
+    run_benchmark(root=root, worker_counts=args.workers, out_dir=args.out, epochs=args.epochs, quick=args.quick,
+                  loaders=args.loaders, sections=[name for name in SECTIONS if name not in args.skip])
     return 0
 
 

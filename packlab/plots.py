@@ -107,6 +107,43 @@ def plot_bench_bars(results: Sequence, ax=None, title: str | None = None):
     return fig
 
 
+def plot_rates_with_ranges(
+    rows: Sequence[Mapping],
+    lines: Mapping[str, float] | None = None,
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "throughput (images/s): median, bar from slowest to fastest run",
+):
+    """Median images/s as horizontal bars with the min-max range of the runs, one bar per loader.
+
+    Each row has ``name``, ``median``, ``low`` and ``high`` (images/s) and optionally a
+    ``group``, which colours its bar (e.g. "ours" against "peer"). ``lines`` draws
+    labelled vertical reference lines, e.g. ``{"parallel ceiling": 720}``. For other
+    quantities than images/s, say what the bars measure in ``xlabel``.
+    """
+    fig, ax = _fig_ax(ax, figsize=(7, 0.8 + 0.42 * len(rows)))
+    groups = list(dict.fromkeys(row.get("group", "") for row in rows))
+    palette = dict(zip(groups, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    medians = [row["median"] for row in rows]
+    errors = [[m - row["low"] for m, row in zip(medians, rows)], [row["high"] - m for m, row in zip(medians, rows)]]
+    bars = ax.barh([row["name"] for row in rows], medians, xerr=errors, capsize=3,
+                   color=[palette[row.get("group", "")] for row in rows])
+    digits = 0 if max(medians) >= 20 else 2
+    ax.bar_label(bars, labels=[f"{m:.{digits}f}" for m in medians], padding=8, fontsize=8)
+    for (label, value), style in zip((lines or {}).items(), ("--", ":", "-.")):
+        ax.axvline(value, color="grey", linestyle=style, label=f"{label} ({value:.{digits}f})")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[g]) for g in groups if g]
+    legend_lines, legend_labels = ax.get_legend_handles_labels()
+    ax.legend(handles + legend_lines, [g for g in groups if g] + legend_labels, fontsize=8, loc="lower right")
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.margins(x=0.12)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def plot_label_sequence(sequences: Mapping[str, Sequence[int]], num_classes: int = 10, ax=None):
     """The labels of the first samples a loader delivers, in order, one row per loader.
 

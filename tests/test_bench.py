@@ -102,26 +102,90 @@ def test_run_until_error_returns_the_error_and_the_batches_before_it():
     assert run_until_error(_loader(10, 5)) == (2, None)
 
 
-def test_the_benchmark_writes_every_ratio_and_a_plot(small_root, tmp_path):
+def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
+    """The whole benchmark on 60 images, as `make bench` runs it on 10,000: every key, every loader, every ratio."""
     import json
     import shutil
 
-    from packlab.bench import format_benchmark, run_benchmark
+    from packlab.bench import GOALS, OURS, PEER, SECTIONS, SWEPT, format_benchmark, loader_factories, run_benchmark
 
     root = tmp_path / "data"
     shutil.copytree(small_root, root)
     lines = []
-    results = run_benchmark(root=root, worker_counts=[0, 2], out_dir=tmp_path / "out", log=lines.append)
+    results = run_benchmark(root=root, worker_counts=[0], out_dir=tmp_path / "out", log=lines.append, quick=True,
+                            ceiling_images=30)
     written = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert (tmp_path / "out" / "bench.png").stat().st_size > 0
-    for name in ("zip_vs_ceiling", "tar_vs_ceiling", "tar_vs_webdataset"):
-        assert written["ratios"][name] > 0
-    assert written["ceiling_images_per_s_per_core"] > 0
-    loaders = {r["loader"] for r in written["runs"]}
-    assert {"JPEG folder", "zip, per-worker handle", "tar shards (ours)", "webdataset"} <= loaders
-    assert all(r["workers"] in (0, 2) for r in written["runs"])
+    for key in ("parallel_ceiling", "best_vs_ceiling", "ours_vs_best_peer", "ceiling_images_per_s_per_core",
+                "batch_memory", "goals", "ratios", "loaders", "sweep", *SECTIONS):
+        assert written[key], key
+    assert written["parallel_ceiling"] > 0 and len(written["parallel_ceiling_runs"]) == 3
+    names = {r["loader"] for r in written["loaders"]}
+    assert names == set(loader_factories(root, ["x.tar"], "x.zip"))
+    assert {"threads, tar shards", "recycling, tar shards", "webdataset", "torchdata.nodes, threads",
+            "torchdata.nodes, processes", "SPDL, threads"} <= names
+    for row in written["loaders"]:
+        rates = [e["images_per_s"] for e in row["epochs"]]
+        assert len(rates) == 3 and row["min_images_per_s"] <= row["median_images_per_s"] <= row["max_images_per_s"]
+        assert row["epochs"][0]["images"] == 60, row["loader"]
+        assert "limited_by" in row["where_the_time_goes"]
+    best = max((r for r in written["loaders"] if r["group"] == OURS), key=lambda r: r["median_images_per_s"])
+    peer = max((r for r in written["loaders"] if r["group"] == PEER), key=lambda r: r["median_images_per_s"])
+    assert written["best_vs_ceiling"] == best["median_images_per_s"] / written["parallel_ceiling"]
+    assert written["ours_vs_best_peer"] == best["median_images_per_s"] / peer["median_images_per_s"]
+    for name, goal in written["goals"].items():
+        assert goal["goal"] == GOALS[name] and goal["reached"] == (goal["measured"] >= goal["goal"])
+        assert (goal["limit"] is None) == goal["reached"], "a missed goal must say what limits it"
+    assert {(r["loader"], r["workers"]) for r in written["sweep"]} == {(name, 0) for name in SWEPT}
     assert written["small_files"]["modelled_files_per_s"]["tar"] > 0
-    assert "decode ceiling" in format_benchmark(results) and any("ratios" in line for line in lines)
+    text = format_benchmark(results)
+    assert "processes at once" in text and "reused shared" in text
+    assert "best_vs_ceiling" in text and "ours_vs_best_peer" in text and any("turn 3/3" in line for line in lines)
+
+
+def test_where_the_time_goes_splits_the_cores_time_per_image():
+    from packlab.bench import where_the_time_goes
+
+    # 2 cores at 500 images/s offer 4 core-ms per image; decoding takes 2 x 1000/800 = 2.5; 3.5 were busy.
+    epoch = {"images": 1000, "images_per_s": 500.0, "main_cpu_s": 0.5, "busy_core_s": 3.5}
+    split = where_the_time_goes(epoch, parallel_ceiling=800, cores=2)
+    assert split["core_ms_per_image"] == pytest.approx(4.0)
+    assert split["decode_core_ms_per_image"] == pytest.approx(2.5)
+    assert split["extra_work_core_ms_per_image"] == pytest.approx(1.0)
+    assert split["idle_core_ms_per_image"] == pytest.approx(0.5)
+    assert split["main_process_cpu_ms_per_image"] == pytest.approx(0.5)
+    assert split["limited_by"].startswith("work beyond decoding")
+    idle = where_the_time_goes({**epoch, "busy_core_s": 2.7}, parallel_ceiling=800, cores=2)
+    assert idle["limited_by"].startswith("idle cores")
+    assert "unknown" in where_the_time_goes({**epoch, "busy_core_s": None}, 800, 2)["limited_by"]
+
+
+def test_the_parallel_ceiling_runs_every_process_at_once(small_root):
+    from packlab import data
+    from packlab.bench import measure_ceiling, measure_parallel_ceiling
+
+    encoded = [data.image_path(s.key, small_root).read_bytes() for s in data.load_manifest(small_root)[:20]]
+    assert measure_parallel_ceiling(encoded, 2) > 0 and measure_ceiling(encoded) > 0
+
+
+def test_batch_memory_reports_a_median_and_a_range_per_kind():
+    from packlab.bench import batch_memory_seconds
+
+    memory = batch_memory_seconds(batch_size=2, repeats=3)
+    for kind in ("fresh_shared", "fresh_private", "reused", "reused_shared"):
+        low, high = memory["ranges"][kind]
+        assert low <= memory[f"{kind}_s_per_image"] <= high
+
+
+def test_quick_root_holds_the_first_images_and_is_reused(small_root, tmp_path):
+    from packlab import data
+    from packlab.bench import quick_root
+
+    root = quick_root(12, out_dir=tmp_path, source=small_root)
+    assert data.load_manifest(root) == data.load_manifest(small_root)[:12]
+    assert sorted(data.load_labels(root)) == [s.key for s in data.load_manifest(small_root)[:12]]
+    assert data.image_path("000011", root).read_bytes() == data.image_path("000011", small_root).read_bytes()
+    assert quick_root(12, out_dir=tmp_path, source=small_root) == root
 
 
 def test_interleaved_runs_take_turns_and_spreads_summarise_them():

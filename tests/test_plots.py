@@ -39,3 +39,15 @@ def test_bench_bars_and_label_sequence():
     fig = plots.plot_label_sequence({"sorted": [0] * 50 + [1] * 50, "shuffled": list(np.arange(100) % 10)})
     assert "samples" in fig.axes[0].get_xlabel()
     plt.close(fig)
+
+
+def test_rates_with_ranges_show_median_range_groups_and_reference_lines():
+    rows = [{"name": "ours", "median": 500, "low": 480, "high": 530, "group": "ours"},
+            {"name": "peer", "median": 400, "low": 390, "high": 420, "group": "peer"}]
+    fig = plots.plot_rates_with_ranges(rows, lines={"parallel ceiling": 700})
+    ax = fig.axes[0]
+    assert "images/s" in ax.get_xlabel() and "median" in ax.get_xlabel()
+    assert [bar.get_width() for bar in ax.patches[:2]] == [500, 400]
+    assert ax.patches[0].get_facecolor() != ax.patches[1].get_facecolor()
+    assert any("parallel ceiling (700)" == text.get_text() for text in ax.get_legend().get_texts())
+    plt.close(fig)

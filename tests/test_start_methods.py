@@ -10,6 +10,10 @@ the solutions' ZipImageDataset and OpenInInitZipDataset, which exercises 2 and 3
 for one process on purpose) must instead fail the way chapter 3 says: BadZipFile under
 fork, a pickling TypeError under spawn and forkserver; without workers they are correct.
 
+The loaders of chapter 8 take the same datasets in place of the ``DataLoader``: the
+RecyclingLoader (worker processes) under each start method, the ThreadLoader (threads,
+no start method) once.
+
 Starting spawn workers costs seconds (each imports torch), so all map-style datasets share
 one DataLoader per start method (a ConcatDataset, cut back into its parts by position)
 and all iterable ones another (a ChainDataset over disjoint thirds of the samples).
@@ -35,7 +39,9 @@ from packlab.loaders import (
     NaiveZipDataset,
     PreadZipDataset,
     RawFolderDataset,
+    RecyclingLoader,
     TarShardDataset,
+    ThreadLoader,
     ZipDataset,
 )
 
@@ -204,6 +210,51 @@ def test_iterable_datasets_deliver_every_sample_once_bit_exact(method, iterable,
         report = audit.audit_epoch([r for r in records if r[0] in keys], samples, reference)
         if not report.ok:
             failed.append(f"{name} under {method}: {report.summary()}")
+    assert not failed, "\n".join(failed)
+
+
+def check_parts(records, map_style, iterable, small_manifest, reference, how: str) -> list[str]:
+    """Audit records of the map-style ConcatDataset followed by the iterable ChainDataset; the failures."""
+    n = len(small_manifest)
+    failed = []
+    for i, name in enumerate(map_style):
+        report = audit.audit_epoch(records[i * n : (i + 1) * n], small_manifest, reference)
+        if not report.ok:
+            failed.append(f"{name} {how}: {report.summary()}")
+    for name, (_, samples) in iterable.items():
+        keys = {s.key for s in samples}
+        report = audit.audit_epoch([r for r in records[len(map_style) * n :] if r[0] in keys], samples, reference)
+        if not report.ok:
+            failed.append(f"{name} {how}: {report.summary()}")
+    return failed
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_the_recycling_loader_delivers_every_sample_once_bit_exact(method, map_style, iterable, small_manifest,
+                                                                    reference):
+    """RecyclingLoader's workers are processes: the datasets are pickled into them (spawn, forkserver), and the
+    iterable ones split their shards through the worker info those workers set, as under a DataLoader."""
+    records = []
+    for dataset in (ConcatDataset(list(map_style.values())), ChainDataset([d for d, _ in iterable.values()])):
+        loader = RecyclingLoader(dataset, batch_size=8, workers=WORKERS, multiprocessing_context=method,
+                                 timeout=TIMEOUT)
+        records += audit.records_from_batches(loader)
+    assert len(records) == (len(map_style) + 1) * len(small_manifest)
+    failed = check_parts(records, map_style, iterable, small_manifest, reference, f"through RecyclingLoader, {method}")
+    assert not failed, "\n".join(failed)
+
+
+def test_the_thread_loader_delivers_every_sample_once_bit_exact(map_style, iterable, small_manifest, reference):
+    """Threads share one process: no start method, no pickling. Iterable datasets are read through their
+    iter_share method (a ChainDataset has none), so each tar dataset gets a loader of its own."""
+    records = audit.records_from_batches(ThreadLoader(ConcatDataset(list(map_style.values())), batch_size=8,
+                                                      threads=WORKERS, timeout=TIMEOUT))
+    for dataset, _ in iterable.values():
+        if hasattr(dataset, "iter_share"):
+            records += audit.records_from_batches(ThreadLoader(dataset, batch_size=8, threads=WORKERS, timeout=TIMEOUT))
+    with_share = {name: part for name, part in iterable.items() if hasattr(part[0], "iter_share")}
+    assert with_share, "no iterable dataset with iter_share: TarShardDataset should have one"
+    failed = check_parts(records, map_style, with_share, small_manifest, reference, "through ThreadLoader")
     assert not failed, "\n".join(failed)
 
 

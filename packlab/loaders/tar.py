@@ -208,14 +208,20 @@ class SharedEpoch:
         self._state[0] = epoch
         self._state[1] += 1
 
-    def start_pass(self) -> tuple[int, bool]:
+    def start_pass(self, reader: int | None = None) -> tuple[int, bool]:
         """``(epoch, repeated)`` for a pass this process starts now.
 
         ``repeated`` is True when this process (this worker, or the main process) already
         started a pass since the last :meth:`set`: the pass will repeat that one's order.
+        Threads that read several shares in one process (``ThreadLoader``'s readers) pass
+        their ``reader`` number and get the row of the worker that would read that share,
+        so reader 1 does not take reader 0's pass for its own.
         """
         info = get_worker_info()
-        row = 2 + (0 if info is None else info.id + 1)
+        if info is not None:
+            row = 2 + info.id + 1
+        else:
+            row = 2 if reader is None else 2 + reader + 1
         generation = int(self._state[1])
         repeated = False
         if row < len(self._state):  # more workers than rows: no check, the epoch is still right
@@ -719,8 +725,19 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
     def __iter__(self):
         info = get_worker_info()
         worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return self.iter_share(worker_id, num_workers)
+
+    def iter_share(self, worker_id: int, num_workers: int):
+        """This epoch's samples for reader ``worker_id`` of ``num_workers``, whoever the reader is.
+
+        ``__iter__`` asks :func:`torch.utils.data.get_worker_info` which share is this
+        process's. That answer is per *process*; threads in one process (see
+        :class:`packlab.loaders.threads.ThreadLoader`) call this directly with their own id.
+        """
         self.check_split(num_workers)
-        epoch, repeated = self._epoch.start_pass()  # from shared memory: persistent workers see set_epoch too
+        # From shared memory: persistent workers see set_epoch too. Several readers of one process (threads) each
+        # keep their own mark.
+        epoch, repeated = self._epoch.start_pass(worker_id if num_workers > 1 else None)
         if repeated and self._order_depends_on_epoch():
             warnings.warn(RepeatedEpochWarning(
                 f"{self!r} starts another pass over epoch {epoch} without set_epoch() since the last one, so it "

@@ -95,12 +95,17 @@ def webdataset_pipeline(
     with_keys: bool = True,
     seed: int = 0,
     shard_buffer: int = 100,
+    collation_fn: Callable | None = None,
 ) -> EpochPipeline:
     """Shards -> split by rank, then worker -> shard order of this epoch -> samples -> buffer -> batches.
 
     Yields ``(images, labels[, keys])`` batches, made inside the workers (use a loader with
-    ``batch_size=None``, as :func:`webdataset_loader` does).
+    ``batch_size=None``, as :func:`webdataset_loader` does). ``collation_fn`` makes the
+    batches (default: webdataset's, which stacks the samples); the benchmark passes
+    ``transform=decode_and_resize`` with :func:`packlab.loaders.batching.collate_uint8_images`,
+    our own loaders' fast path.
     """
+    batching = {} if collation_fn is None else {"collation_fn": collation_fn}
     epoch = SharedEpoch()
     urls = urls if isinstance(urls, str) else [str(u) for u in urls]  # webdataset wants strings, not Paths
     columns = ("jpg", "cls", "__key__") if with_keys else ("jpg", "cls")
@@ -113,7 +118,7 @@ def webdataset_pipeline(
         EpochShuffle(buffer, epoch, seed, "samples"),       # the sample buffer, per worker
         wds.decode(wds.handle_extension("jpg", transform)), # our transform; .cls becomes an int
         wds.to_tuple(*columns),
-        wds.batched(batch_size),                            # batches are made inside the workers
+        wds.batched(batch_size, **batching),                # batches are made inside the workers
         epoch=epoch,
     )
 
