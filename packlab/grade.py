@@ -4,6 +4,7 @@
 
     python -m packlab.grade exercises/01_jpeg_dataset.md [more notebooks ...]
     make grade NB=exercises/01_jpeg_dataset.md
+    python -m packlab.grade --repeat 20 --check per_worker_zip   # the solution's, 20 times
 
 Each notebook (MyST ``.md`` through jupytext, or ``.ipynb``) runs top to bottom in a
 fresh kernel, with its own folder as working directory, the way a grader would run it.
@@ -16,6 +17,11 @@ The grader knows which checks a notebook is meant to run by reading its code cel
 ran — its cell was not reached, or raised before the check — scores 0 of its parts, and
 the report says which cell raised what. The score table goes to the terminal and the
 full report, every part of every check, to a JSON file (``--report``).
+
+``--repeat N --check ID [NOTEBOOK]`` runs one check of one notebook (by default the
+solution notebook) N times in a row in this process (its defining cells run here, not
+in a kernel) and prints the minimum, median and maximum wall time: a way to look for a
+failure that shows only now and then.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import linecache
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -85,6 +93,58 @@ def expected_checks(notebook) -> list[str]:
         if cell.cell_type == "code":
             ids += [i for i, _ in check_calls(cell.source) if i not in ids]
     return ids
+
+
+def run_cells_as_main(sources: list[str], label: str) -> dict:
+    """Run cell sources in one fresh ``__main__`` namespace, the way a kernel runs them.
+
+    Each cell's source is registered in :mod:`linecache` under its own name, as IPython
+    does, so :func:`packlab.grading.importable_copy` finds the cell that defines a class.
+    Returns the namespace.
+    """
+    namespace = {"__name__": "__main__"}
+    for index, source in enumerate(sources):
+        filename = f"<{label} cell {index}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def notebook_candidates(path: Path) -> list[tuple[str, object]]:
+    """``(check id, candidate)`` for every graded check call of a notebook, its defining cells run.
+
+    Only the cells that define the candidates run (see :func:`definition_cells`), in this
+    process, as ``__main__``: a quick way to check a notebook's classes without a kernel.
+    """
+    notebook = read_notebook(Path(path))
+    calls = [call for cell in notebook.cells if cell.cell_type == "code" for call in check_calls(cell.source)]
+    namespace = run_cells_as_main(definition_cells(notebook, {name for _, name in calls}), Path(path).stem)
+    return [(check_id, namespace[name]) for check_id, name in calls if name in namespace]
+
+
+def repeat_check(path: Path, check_id: str, times: int) -> list[float]:
+    """Run one check of a notebook ``times`` times in this process; print each run and min/median/max seconds.
+
+    This is how an intermittent failure (a stall that shows once in several checks) is
+    looked for: ``python -m packlab.grade --repeat 20 --check per_worker_zip
+    solutions/03_per_worker_zip.md``. Returns the wall times.
+    """
+    candidates = dict(notebook_candidates(path))
+    if check_id not in candidates:
+        raise SystemExit(f"error: {path} has no graded check({check_id!r}, ...) call")
+    seconds, failures = [], 0
+    for run in range(1, times + 1):
+        start = time.perf_counter()
+        result = grading.check(check_id, candidates[check_id], quiet=True, record=False)
+        seconds.append(time.perf_counter() - start)
+        failed = [f"{p.name}: {p.message.splitlines()[0][:120]}" for p in result.parts if not p.passed]
+        failures += bool(failed)
+        print(f"run {run:2d}/{times}: {seconds[-1]:6.1f} s  {result.score}/{result.max_score}  {'; '.join(failed)}", flush=True)
+    print(
+        f"{check_id} x {times}: min {min(seconds):.1f} s, median {statistics.median(seconds):.1f} s, "
+        f"max {max(seconds):.1f} s; {failures} run(s) with a failed part"
+    )
+    return seconds
 
 
 def definition_cells(notebook, names) -> list[str]:
@@ -236,14 +296,25 @@ def score_table(grades: list[NotebookGrade]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m packlab.grade", description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="+", type=Path, metavar="PATH", help="exercise notebooks (.md or .ipynb)")
+    parser.add_argument("notebooks", nargs="*", type=Path, metavar="PATH", help="exercise notebooks (.md or .ipynb)")
     parser.add_argument("--report", type=Path, default=None, help="JSON report file (default: _build/grade-report.json)")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, help=f"seconds per cell (default {CELL_TIMEOUT})")
+    parser.add_argument("--repeat", type=int, metavar="N", help="instead of grading: run --check N times in this process and time it")
+    parser.add_argument("--check", metavar="ID", help="the check to repeat (with --repeat)")
     args = parser.parse_args(argv)
     missing = [p for p in args.notebooks if not p.is_file()]
     if missing:
         print(f"error: no such notebook: {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
+    if args.repeat:
+        notebooks = {c.id: c.notebook for c in grading.list_checks()}
+        if args.check not in notebooks or len(args.notebooks) > 1:
+            parser.error(f"--repeat N needs --check ID (one of {', '.join(notebooks)}) and at most one notebook")
+        path = args.notebooks[0] if args.notebooks else paths.repo_root() / "solutions" / f"{notebooks[args.check]}.md"
+        repeat_check(path, args.check, args.repeat)
+        return 0
+    if not args.notebooks:
+        parser.error("name the notebooks to grade")
     grades = []
     for path in args.notebooks:
         print(f"grading {path} ...", flush=True)
