@@ -59,7 +59,11 @@ workers then run exactly the code the attendee wrote: a handle that cannot be pi
 still fails to pickle, and a handle that is not reopened in the worker is still missing.
 This is why an exercise class must sit in **one cell together with the imports it
 needs**; when it uses a name defined in another cell, the spawn part says so. Classes
-defined in a real module (tests, your own package) are used as they are.
+defined in a real module (tests, your own package) are used as they are, and a class
+defined in a script is rebuilt from the script's source like a cell. (Spawn workers
+would also run a script that calls :func:`check` again, to rebuild its ``__main__``; the
+check's child forgets ``__main__``'s file, so no ``if __name__ == "__main__":`` guard is
+needed.)
 
 How sharing a parent's handle is caught every time
 --------------------------------------------------

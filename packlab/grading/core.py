@@ -536,6 +536,12 @@ def _child_main(conn, exercise: Exercise, candidate, fixtures: dict, limits: dic
         os.setpgid(0, 0)  # own process group, so the parent can kill us and our DataLoader workers at once
     if sys.platform == "linux":
         _die_with_parent(parent)
+    # A spawn worker runs the caller's script again to rebuild __main__ (multiprocessing does
+    # that when __main__ has a file): a check called from a script without an
+    # `if __name__ == "__main__":` guard would then start over in every worker, and every
+    # spawn part time out. The checks need nothing from __main__ (notebook classes are
+    # rebuilt in a module of their own), so this child forgets where __main__ came from.
+    vars(sys.modules["__main__"]).pop("__file__", None)
     # One intra-op thread, as in DataLoader workers: on busy cores a thread pool costs more than it gives.
     torch.set_num_threads(1)
     # The checks start 4 workers on purpose, also on machines with fewer cores.
