@@ -14,7 +14,7 @@ NBTEST := _build/nbtest
 NOTEBOOK_DIRS := chapters solutions
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup data book test bench clean distclean exercises grade grade-repeat book-instructor
+.PHONY: help setup data book test bench clean distclean exercises grade gradebook grade-repeat book-instructor
 
 help:
 	@echo "make book       set up, generate data, execute every chapter, build _build/html"
@@ -24,6 +24,7 @@ help:
 	@echo "make data       generate the 10k-image dataset (no-op if a verified one exists)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
+	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv"
 	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
 	@echo "make book-instructor  the same book plus the solutions, executed, in _build/instructor"
 	@echo "make clean      remove _build/ and paired .ipynb files"
@@ -60,6 +61,12 @@ exercises: setup
 grade: data
 	@test -n "$(NB)" || { echo "usage: make grade NB='exercises/01_jpeg_dataset.md [more notebooks]'"; exit 2; }
 	$(PY) -m packlab.grade $(NB)
+
+# Every attendee's exercise notebooks under CLASS/<attendee>/exercises/, each in a fresh
+# kernel, into CLASS/gradebook.csv and a table (see instructor.md, "Grading the whole class").
+gradebook: data
+	@test -n "$(CLASS)" || { echo "usage: make gradebook CLASS=folder-with-one-folder-per-attendee"; exit 2; }
+	$(PY) -m packlab.grade --class $(CLASS)
 
 # One check N times in a row in one process (of NB, by default the solution notebook), with
 # min/median/max wall time: looks for failures that show only now and then. Run it on an
