@@ -14,9 +14,10 @@ NBTEST := _build/nbtest
 NOTEBOOK_DIRS := chapters solutions
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup data book test bench clean distclean exercises grade gradebook grade-repeat book-instructor
+.PHONY: help setup data lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor
 
 help:
+	@echo "make lab        set up, generate data, start JupyterLab: chapters and exercises open as notebooks"
 	@echo "make book       set up, generate data, execute every chapter, build _build/html"
 	@echo "make test       unit tests + every chapter and solution notebook under nbval"
 	@echo "make bench      time every loader on the full dataset; writes _build/bench/bench.json and bench.png"
@@ -28,6 +29,7 @@ help:
 	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
 	@echo "make book-instructor  the same book plus the solutions, executed, in _build/instructor"
 	@echo "make clean      remove _build/ and paired .ipynb files"
+	@echo "make clean-packed  remove the zips and tar shards the chapters wrote (data/packed/); keeps the dataset"
 	@echo "make distclean  also remove .venv/, $(TOOLS)/ and the generated data"
 
 setup: $(VENV)/.installed
@@ -49,6 +51,12 @@ $(VENV)/.installed: pyproject.toml
 
 data: setup
 	$(PY) -m packlab.data
+
+# JupyterLab on the repository, on 127.0.0.1: a double-click opens a chapter or an exercise
+# (.md) as a notebook. Settings come from jupyterlab-settings/, installed into the
+# environment; workspaces and user settings live in _build/lab/ (packlab/lab.py).
+lab: data
+	$(PY) -m packlab.lab
 
 # -W -n: warnings and broken references fail the build; --keep-going reports all of them first.
 book: data
@@ -87,7 +95,7 @@ book-instructor: data
 # book's cache, and the browser test (run last) builds the book from it.
 test: data
 	@rm -rf $(NBTEST)
-	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name '[0-9]*.md' 2>/dev/null | sort); do \
+	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name .ipynb_checkpoints -prune -o -name '[0-9]*.md' -print 2>/dev/null | sort); do \
 	  mkdir -p $(NBTEST)/$$(dirname $$f); \
 	  $(VENV)/bin/jupytext --quiet --to ipynb --output $(NBTEST)/$${f%.md}.ipynb $$f; \
 	done
@@ -103,6 +111,13 @@ bench: data
 clean:
 	rm -rf _build
 	find chapters solutions exercises -name '*.ipynb' -delete 2>/dev/null || true
+
+# The packed copies (zips, tar shards, raw-pixel folder) are derived from the dataset and
+# rewritten when a chapter needs them again; the dataset itself stays.
+clean-packed:
+	@packed="$${PACKLAB_DATA:-data}/packed"; \
+	if [ -d "$$packed" ]; then du -sh "$$packed"; rm -rf "$$packed"; echo "removed $$packed"; \
+	else echo "nothing to remove: $$packed does not exist"; fi
 
 distclean: clean
 	rm -rf $(VENV) $(TOOLS) data

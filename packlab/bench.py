@@ -220,6 +220,84 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
     return best / len(items)
 
 
+# ------------------------------------------------ repeated, interleaved measurements
+#
+# On a shared machine one run of a measurement says little: the load changes from one
+# second to the next. A comparison the prose draws a conclusion from is therefore the
+# median of several runs, interleaved so that a busy minute hits every contender alike,
+# with the range shown; when the ranges overlap there is no clear difference.
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: their median and their range (min to max)."""
+
+    values: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread:
+        values = tuple(float(v) for v in values)
+        if not values:
+            raise ValueError("a spread needs at least one measurement")
+        return cls(values)
+
+    @property
+    def median(self) -> float:
+        ordered = sorted(self.values)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def overlaps(self, other: Spread) -> bool:
+        """Whether the two ranges share any value (then neither is clearly higher)."""
+        return self.low <= other.high and other.low <= self.high
+
+    def format(self, spec: str = ".0f") -> str:
+        """``"452 (430-470)"``: the median, then the range, each formatted with ``spec``."""
+        return f"{self.median:{spec}} ({self.low:{spec}}\u2013{self.high:{spec}})"
+
+    __str__ = format
+
+
+def compare(a: Spread, b: Spread) -> int:
+    """1 if ``a`` is clearly higher than ``b``, -1 if clearly lower, 0 if their ranges overlap."""
+    if a.overlaps(b):
+        return 0
+    return 1 if a.median > b.median else -1
+
+
+def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
+    """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
+    or ``"no clear difference"`` when the ranges overlap (see :func:`compare`)."""
+    verdict = compare(a, b)
+    if verdict == 0:
+        return "no clear difference"
+    ratio = a.median / b.median if verdict > 0 else b.median / a.median
+    return f"{ratio:.1f} times {higher if verdict > 0 else lower}"
+
+
+def interleaved(runs: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, list]:
+    """Call every function of ``runs`` once per round, for ``repeats`` rounds; results by name.
+
+    The order is A, B, C, A, B, C, ... rather than A, A, A, B, B, B, so that a change in the
+    machine's load during the measurement reaches every contender, not only the last one.
+    """
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    results: dict[str, list] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results
+
+
 # ---------------------------------------------------------- the benchmark suite (make bench)
 #
 # `python -m packlab.bench` (what `make bench` runs) measures, in one process tree and one
@@ -422,6 +500,7 @@ def run_benchmark(
     out_dir=None,
     log: Callable[[str], None] = print,
     with_small_files: bool = True,
+    with_formats: bool = True,
 ) -> dict:
     """Run the whole benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
 
@@ -496,6 +575,11 @@ def run_benchmark(
         log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
         results["small_files"] = small_file_penalty(root)
         log(f"  {results['small_files']['modelled_files_per_s']}")
+    if with_formats:  # chapter 9: every packed format side by side (packlab.formats.bench)
+        from packlab.formats.bench import measure_formats
+
+        log("other formats: size, write time and read rates of every layout, 3 rounds")
+        results["formats"] = measure_formats(root=root, log=lambda message: log(f"  {message}"))
     results["machine"]["load_average_after"] = _load_average()
     results["wall_seconds"] = time.perf_counter() - started
 
@@ -552,6 +636,10 @@ def format_benchmark(results: dict) -> str:
         if small["cold_files_per_s"]:
             lines.append("  cold vs warm page cache, files/s: " + ", ".join(
                 f"{k} {v:.0f}" for k, v in small["cold_files_per_s"].items()))
+    if results.get("formats"):
+        from packlab.formats.bench import format_formats
+
+        lines.append(format_formats(results["formats"]))
     return "\n".join(lines)
 
 
@@ -562,10 +650,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 0 1 cores 2xcores)")
     parser.add_argument("--out", help="output folder (default: _build/bench)")
     parser.add_argument("--no-small-files", action="store_true", help="skip the cold-read and latency-model part")
+    parser.add_argument("--no-formats", action="store_true", help="skip the other formats (chapter 9)")
     args = parser.parse_args(argv)
-    run_benchmark(worker_counts=args.workers, out_dir=args.out, with_small_files=not args.no_small_files)
+    run_benchmark(worker_counts=args.workers, out_dir=args.out, with_small_files=not args.no_small_files,
+                  with_formats=not args.no_formats)
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ------------------------------------------------------------ repeated, interleaved runs
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Several measurements of one quantity: the median, and the range they spanned."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        import statistics
+
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def overlaps(self, other: Spread) -> bool:
+        """True when the two ranges overlap: then the runs do not tell the two apart."""
+        return self.low <= other.high and other.low <= self.high
+
+    def format(self, spec: str = ".0f") -> str:
+        """``median (low–high)``, each formatted with ``spec``."""
+        return f"{self.median:{spec}} ({self.low:{spec}}–{self.high:{spec}})"
+
+
+def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
+    """Call every run once per round, in turn, for ``rounds`` rounds; return each one's :class:`Spread`.
+
+    Interleaving (A, B, C, A, B, C, ...) rather than repeating each run in a block means
+    that load which comes and goes on a shared machine falls on all runs alike.
+    """
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    values: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            values[name].append(float(run()))
+    return {name: Spread(tuple(v)) for name, v in values.items()}

@@ -1,9 +1,11 @@
 """Generate, verify and describe the course dataset.
 
 No ImageNet can be downloaded on a workshop machine, so the course makes its own
-ImageNet-like subset: 10,000 JPEGs of varied size (a few hundred pixels a side),
-textured rather than flat (so decoding costs what real photos cost), in 10 classes that
-differ in pattern and colour, which a small CNN learns in a minute. Everything is a pure
+ImageNet-like subset: 10,000 JPEGs of varied size (a few hundred pixels a side, about
+400 x 350 on average), grainy like photographs and saved the way most of ImageNet's are
+(quality 96, no chroma subsampling), so a file holds about as many bytes as an ImageNet
+JPEG (~110 kB) and costs as much to read and decode; in 10 classes that differ in pattern
+and colour, which a small CNN learns in a minute. Everything is a pure
 function of ``(seed, index)``: generating twice gives byte-identical files, whatever the
 number of processes.
 
@@ -47,7 +49,7 @@ from PIL import Image, ImageChops
 from packlab import paths
 
 #: Bump when the generator's output changes, so old datasets are regenerated.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 DEFAULT_COUNT = 10_000
 DEFAULT_SEED = 2024
 
@@ -158,18 +160,37 @@ def _pattern(label: int, u: np.ndarray, v: np.ndarray, rng: np.random.Generator)
 
 
 _GRAIN: dict[int, Image.Image] = {}
+#: Side of the square bank of grain that images crop theirs from (larger than any image).
+_GRAIN_SIDE = 640
+#: Strength of the grain, in grey levels (standard deviation): brightness detail at two
+#: scales, plus a little independent colour noise.
+_GRAIN_LUMA_SIGMA = 11.0
+_GRAIN_CHROMA_SIGMA = 2.0
+#: JPEG quality, drawn per image: most of ImageNet's training JPEGs were saved at quality
+#: 96 without chroma subsampling (4:4:4); a minority at lower quality.
+_QUALITIES = (92, 94, 96, 96, 96, 96, 96, 96, 96, 96)
 
 
 def _grain(seed: int) -> Image.Image:
-    """A seeded bank of fine noise (built once per process) that images crop their grain from.
+    """A seeded bank of photographic grain (built once per process) that images crop theirs from.
 
-    Real photographs are full of fine detail; without it, JPEGs of smooth patterns would
-    decode unrealistically fast. Stored as uint8 centred on 128, ready for ``ImageChops.add``.
+    A photograph is full of fine detail, and JPEG spends most of its bytes on it: a smooth
+    pattern alone would give files a third of ImageNet's size that decode unrealistically
+    fast. The grain is brightness detail at two scales (fine, and twice as coarse at 70 %
+    of the strength) plus a little colour noise, stored as uint8 centred on 128, ready for
+    ``ImageChops.add``.
     """
     if seed not in _GRAIN:
         rng = np.random.default_rng([seed, 0x6A11])
-        noise = np.clip(rng.normal(128, 7, size=(640, 640, 3)), 0, 255).astype(np.uint8)
-        _GRAIN[seed] = Image.fromarray(noise, mode="RGB")
+        side = _GRAIN_SIDE
+        fine = rng.normal(0, 1, size=(side, side)).astype(np.float32)
+        coarse = rng.normal(0, 1, size=(side // 2, side // 2)).astype(np.float32)
+        coarse = np.asarray(Image.fromarray(coarse, mode="F").resize((side, side), Image.BICUBIC))
+        luma = fine + 0.7 * coarse
+        luma *= _GRAIN_LUMA_SIGMA / luma.std()
+        colour = rng.normal(0, _GRAIN_CHROMA_SIGMA, size=(side, side, 3)).astype(np.float32)
+        grain = np.clip(128 + luma[:, :, None] + colour, 0, 255).astype(np.uint8)
+        _GRAIN[seed] = Image.fromarray(grain, mode="RGB")
     return _GRAIN[seed]
 
 
@@ -178,7 +199,8 @@ def render(index: int, label: int, seed: int = DEFAULT_SEED) -> tuple[bytes, int
 
     The pattern is computed with numpy at half resolution; colouring, lighting and grain
     are applied at full resolution by Pillow's C code, which keeps 10k images within
-    seconds on two cores.
+    seconds on two cores. Saved like most of ImageNet: quality 96 (some 92 or 94), no
+    chroma subsampling, which with the grain gives ImageNet's mean of about 110 kB a file.
     """
     rng = np.random.default_rng([seed, index])
     width = int(rng.integers(300, 501))
@@ -201,7 +223,7 @@ def render(index: int, label: int, seed: int = DEFAULT_SEED) -> tuple[bytes, int
     image = ImageChops.add(image, grain.crop((x0, y0, x0 + width, y0 + height)), offset=-128)
 
     out = io.BytesIO()
-    image.save(out, format="JPEG", quality=int(rng.integers(80, 93)))
+    image.save(out, format="JPEG", quality=int(rng.choice(_QUALITIES)), subsampling=0)
     return out.getvalue(), width, height
 
 

@@ -10,9 +10,12 @@ Three kinds of member, and why they matter for timing:
   skips decode and resize: that is the effect of *preprocessing once, offline*, and it
   costs several times the disk space.
 * Tar shards follow the WebDataset convention: the files of one sample share a key and
-  differ by extension (``000123.jpg``, ``000123.cls``), sit next to each other, and each
-  shard is sorted by name. Samples are shuffled *before* they are cut into shards,
-  because a shuffle buffer at read time cannot repair shards cut from a class-sorted list.
+  differ by extension (``000123.jpg``, ``000123.cls``) and sit next to each other, which is
+  all a streaming reader needs. Samples are shuffled *before* they are cut into shards and
+  written in that shuffled order, because a shuffle buffer at read time cannot repair
+  shards whose samples arrive grouped by class. (Sorting a shard by name would keep each
+  sample's files together too, but wherever keys encode the class, as ImageNet's
+  ``n01440764_10026`` do, it would group the classes again.)
 
 Every writer writes to a temporary name and renames when done, so an interrupted run
 never leaves a half-written archive under the final name.
@@ -179,6 +182,17 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def shuffled(samples: Sequence[data.Sample], seed: int) -> list[data.Sample]:
+    """The samples in the order :func:`write_tar_shards` writes them with ``shuffle=True``."""
+    order = np.random.default_rng(seed).permutation(len(samples))
+    return [samples[i] for i in order]
+
+
+def tar_member_names(sample: data.Sample) -> list[str]:
+    """A sample's members in a shard, in the order they are written: ``<key>.cls``, ``<key>.jpg``."""
+    return [f"{sample.key}.cls", f"{sample.key}.jpg"]
+
+
 def write_tar_shards(
     dst_dir: Path | str,
     *,
@@ -193,10 +207,11 @@ def write_tar_shards(
 ) -> list[Path]:
     """Write samples as WebDataset-style tar shards ``<prefix>-000000.tar, ...`` in ``dst_dir``.
 
-    Each sample becomes ``<key>.cls`` (the label as decimal text) and ``<key>.jpg`` (the
-    original JPEG bytes), adjacent; each shard is sorted by member name. With ``shuffle``
-    (the default) the sample order is permuted with ``seed`` before cutting; with
-    ``shuffle=False`` shards are cut from ``samples`` in the order given. A new shard starts
+    Each sample becomes ``<key>.cls`` (the label as decimal text) followed by ``<key>.jpg``
+    (the original JPEG bytes), adjacent. With ``shuffle`` (the default) the sample order is
+    permuted with ``seed`` first; either way the samples are written in that order, never
+    re-sorted, so a shard holds them in the shuffled order (or, with ``shuffle=False``, in
+    the order of ``samples``). A new shard starts
     when the current one holds ``maxcount`` samples or another sample would push it past
     ``maxsize`` bytes. Old shards with the same prefix in ``dst_dir`` are removed first.
     Returns the shard paths; :func:`brace_pattern` turns them into ``shard-{000000..000009}.tar``.
@@ -207,8 +222,7 @@ def write_tar_shards(
     dst_dir.mkdir(parents=True, exist_ok=True)
     samples = _select(samples, root)
     if shuffle:
-        order = np.random.default_rng(seed).permutation(len(samples))
-        samples = [samples[i] for i in order]
+        samples = shuffled(samples, seed)
 
     groups: list[list[data.Sample]] = [[]]
     size = 0  # member bytes in the current shard
@@ -235,11 +249,12 @@ def write_tar_shards(
         path = dst_dir / f"{prefix}-{index:06d}.tar"
         tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
         with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
-            for sample in sorted(group, key=lambda s: s.key):
+            for sample in group:  # in the order given: re-sorting by key could regroup classes
                 label = str(sample.label).encode()
-                tar.addfile(_tarinfo(f"{sample.key}.cls", len(label)), io.BytesIO(label))
+                cls_name, jpg_name = tar_member_names(sample)
+                tar.addfile(_tarinfo(cls_name, len(label)), io.BytesIO(label))
                 with open(data.image_path(sample.key, root), "rb") as f:
-                    tar.addfile(_tarinfo(f"{sample.key}.jpg", sample.bytes), f)
+                    tar.addfile(_tarinfo(jpg_name, sample.bytes), f)
                 bar.update()
         os.replace(tmp, path)
         written.append(path)
@@ -314,12 +329,27 @@ def ensure_tar_shards(
 ) -> list[Path]:
     """The course's shuffled tar shards of the whole dataset in ``<data root>/packed/<name>/``, written once.
 
-    Rewritten when the dataset is newer or the shard count no longer matches ``maxcount``.
+    Rewritten when the dataset is newer, the shard count no longer matches ``maxcount``, or
+    the first shard does not hold what :func:`write_tar_shards` writes today (shards
+    written by an older version of the course, say).
     """
     folder = paths.packed_dir(root) / name
-    count = len(data.load_manifest(root))
-    expected = -(-count // maxcount)
+    manifest = data.load_manifest(root)
+    expected = -(-len(manifest) // maxcount)
     existing = sorted(folder.glob("shard-*.tar"))
-    if len(existing) != expected or not all(_fresh(p, root) for p in existing):
+    if (
+        len(existing) != expected
+        or not all(_fresh(p, root) for p in existing)
+        or _member_names(existing[0]) != [n for s in shuffled(manifest, seed)[:maxcount] for n in tar_member_names(s)]
+    ):
         existing = write_tar_shards(folder, root=root, maxcount=maxcount, seed=seed, progress=progress)
     return existing
+
+
+def _member_names(shard: Path) -> list[str]:
+    """Member names of a shard, in archive order, from its headers (tarfile seeks past the data)."""
+    try:
+        with tarfile.open(shard, mode="r:") as tar:
+            return tar.getnames()
+    except (tarfile.TarError, OSError):
+        return []

@@ -8,7 +8,18 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from packlab.bench import BenchResult, BenchTable, batch_size_of, run_until_error, time_loader, time_per_item
+from packlab.bench import (
+    BenchResult,
+    BenchTable,
+    Spread,
+    batch_size_of,
+    compare,
+    ratio_words,
+    interleaved,
+    run_until_error,
+    time_loader,
+    time_per_item,
+)
 
 
 def _loader(n=50, batch_size=8):
@@ -110,3 +121,25 @@ def test_the_benchmark_writes_every_ratio_and_a_plot(small_root, tmp_path):
     assert all(r["workers"] in (0, 2) for r in written["runs"])
     assert written["small_files"]["modelled_files_per_s"]["tar"] > 0
     assert "decode ceiling" in format_benchmark(results) and any("ratios" in line for line in lines)
+
+
+def test_interleaved_runs_take_turns_and_spreads_summarise_them():
+    order = []
+    results = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=3)
+    assert order == ["a", "b"] * 3
+    assert results == {"a": [1.0] * 3, "b": [2.0] * 3}
+    spread = Spread.of([3.0, 1.0, 2.0, 10.0])
+    assert (spread.median, spread.low, spread.high) == (2.5, 1.0, 10.0)
+    assert Spread.of([5, 1, 3]).format(".1f") == "3.0 (1.0\u20135.0)"
+    with pytest.raises(ValueError):
+        Spread.of([])
+
+
+def test_compare_says_no_clear_difference_when_ranges_overlap():
+    assert compare(Spread.of([10, 11, 12]), Spread.of([1, 2, 3])) == 1
+    assert compare(Spread.of([1, 2, 3]), Spread.of([10, 11, 12])) == -1
+    assert compare(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == 0
+    assert compare(Spread.of([1, 2, 3]), Spread.of([3, 4, 5])) == 0  # touching ranges overlap
+    assert ratio_words(Spread.of([30, 31, 32]), Spread.of([10, 11, 12])) == "2.8 times faster"
+    assert ratio_words(Spread.of([10, 11, 12]), Spread.of([30, 31, 32]), "larger", "smaller") == "2.8 times smaller"
+    assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"

@@ -8,9 +8,9 @@ failed or 4xx/5xx request to the book's own server. Requests to other hosts are 
 book's and are ignored (this machine has no internet; a reader's browser fetches those).
 Screenshots of the intro and of chapter 0 are saved under ``_build/screens/``.
 
-Chromium comes from Debian's ``chromium`` package; the test installs it when it is
-missing and it may (root). Otherwise it skips with a message — except under ``CI=true``,
-where it must run.
+Chromium comes from Debian's ``chromium`` package (see ``browser_support.py``): the test
+installs it when it is missing and it may (root); otherwise it skips with a message —
+except under ``CI=true``, where it must run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,57 +29,19 @@ import time
 import urllib.request
 from pathlib import Path
 
+import browser_support
 import pytest
+from browser_support import chromium  # noqa: F401 - the shared fixture
 
 from packlab import paths
 
 ROOT = paths.repo_root()
 HTML = ROOT / "_build" / "html"
 SCREENS = ROOT / "_build" / "screens"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-    "--hide-scrollbars",
-]
+# The shared flags; headless, since this test starts Chromium itself and drives it over
+# DevTools; scrollbars hidden for clean screenshots.
+CHROMIUM_FLAGS = ["--headless", *browser_support.CHROMIUM_FLAGS, "--hide-scrollbars"]
 PAGE_TIMEOUT = 30  # seconds for one page to load
-
-
-def _find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _unavailable(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (under CI=true the browser check must run)")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = _find_chromium()
-    if found:
-        return found
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        _unavailable("Chromium is not installed and cannot be installed here (needs Debian's apt-get as root)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            _unavailable(f"installing Chromium failed: {' '.join(cmd)}: {done.stderr.strip()[-500:]}")
-    found = _find_chromium()
-    if not found:
-        _unavailable("apt-get installed chromium but no chromium executable is on PATH")
-    return found
 
 
 def _sources_newer_than(target: Path) -> list[Path]:

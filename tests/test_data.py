@@ -156,3 +156,17 @@ def test_interrupted_generation_leaves_nothing_that_verifies(tmp_path):
     data.ensure(root, count=40, seed=1, progress=False)
     assert data.verify(root).ok
     assert not list(root.glob(".generate-tmp-*"))
+
+
+def test_jpegs_are_as_large_as_imagenets_on_average():
+    """Byte-driven effects (I/O, the small-file penalty, raw/JPEG size ratios) need ImageNet-sized files.
+
+    ImageNet's training set: about 140 GB in 1.28 million JPEGs, 109 kB a file. The
+    generator must stay within 15 % of that; 300 rendered images estimate the mean to
+    within a few per cent.
+    """
+    imagenet_mean = 140e9 / 1.28e6
+    labels = data.labels_for(300, data.DEFAULT_SEED)
+    sizes = [len(data.render(i, int(labels[i]))[0]) for i in range(300)]
+    mean = sum(sizes) / len(sizes)
+    assert 0.85 * imagenet_mean <= mean <= 1.15 * imagenet_mean, f"mean {mean / 1e3:.0f} kB, ImageNet's {imagenet_mean / 1e3:.0f} kB"

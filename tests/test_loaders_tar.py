@@ -179,6 +179,7 @@ def test_set_epoch_reshuffles_and_the_same_epoch_repeats(shards):
     dataset = TarShardDataset(shards, shuffle_buffer=50, transform=skip_decode, return_key=True, seed=3)
     dataset.set_epoch(0)
     first = keys_of(dataset, 2)
+    dataset.set_epoch(0)
     again = keys_of(dataset, 2)
     dataset.set_epoch(1)
     second = keys_of(dataset, 2)
@@ -186,13 +187,80 @@ def test_set_epoch_reshuffles_and_the_same_epoch_repeats(shards):
     assert first != second and sorted(first) == sorted(second)
 
 
-def test_without_shuffling_shards_are_read_in_order_sorted_within(shards):
+def test_a_second_pass_without_set_epoch_repeats_the_order_and_warns(shards):
+    dataset = TarShardDataset(shards, shuffle_buffer=50, transform=skip_decode, return_key=True, seed=3)
+    dataset.set_epoch(4)
+    first = keys_of(dataset)
+    with pytest.warns(tarloader.RepeatedEpochWarning, match="without set_epoch"):
+        again = keys_of(dataset)
+    assert again == first
+
+
+def batch_shards(loader, shards):
+    """The shard each batch came from (batches of MAXCOUNT, no buffer: one batch is one whole shard)."""
+    shard_of = {k: str(s) for s in shards for k in tarloader_keys(s)}
+    order = []
+    for _, _, keys in loader:
+        assert len({shard_of[k] for k in keys}) == 1
+        order.append(shard_of[keys[0]])
+    return order
+
+
+def tarloader_keys(shard):
+    with tarfile.open(shard) as tar:
+        return [n[:-4] for n in tar.getnames() if n.endswith(".jpg")]
+
+
+@pytest.mark.parametrize(
+    "method, call_set_epoch",
+    [("fork", True), ("spawn", True), ("fork", False)],  # spawn workers take seconds to start: one case
+    ids=["fork", "spawn", "fork, no set_epoch"],
+)
+def test_persistent_workers_see_set_epoch(shards, manifest, method, call_set_epoch):
+    """Persistent workers keep the dataset copy they started with; the epoch still reaches them
+    (shared memory), so 3 epochs read the shards in 3 orders, every key exactly once each time.
+    Without set_epoch the order repeats, for persistent workers as for fresh ones."""
+    dataset = TarShardDataset(shards, transform=skip_decode, return_key=True, seed=1)
+    batches = DataLoader(dataset, batch_size=MAXCOUNT, num_workers=2, persistent_workers=True,
+                         multiprocessing_context=method, timeout=TIMEOUT)
+    orders = []
+    for epoch in range(3):
+        if call_set_epoch:
+            dataset.set_epoch(epoch)
+        order = batch_shards(batches, shards)
+        expected = [s for pair in zip(dataset.shards_for(0, 2), dataset.shards_for(1, 2)) for s in pair]
+        assert order == expected  # batches alternate between worker 0 and worker 1
+        assert sorted(order) == sorted(map(str, shards))  # every shard, so every key, exactly once
+        orders.append(order)
+    assert len({tuple(o) for o in orders}) == (3 if call_set_epoch else 1)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh workers", "persistent workers"])
+def test_webdataset_pipeline_reads_shards_in_a_new_order_every_epoch(shards, manifest, persistent):
+    """webdataset's own shard shuffle (shardshuffle=n, seed=s) repeats its order every epoch, and its
+    detshuffle only advances in persistent workers; our pipeline's epoch comes from set_epoch."""
+    from packlab.loaders.with_webdataset import webdataset_loader
+
+    persistence = {"persistent_workers": True} if persistent else {}
+    batches = webdataset_loader(pack.brace_pattern(shards), 2, multiprocessing_context="fork", timeout=TIMEOUT,
+                                transform=skip_decode, buffer=0, batch_size=MAXCOUNT, **persistence)
+    orders = []
+    for epoch in range(3):
+        # As packlab.bench.time_loader drives every loader: set_epoch on the loader's dataset, where there is one.
+        set_epoch = getattr(getattr(batches, "dataset", None), "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)
+        order = batch_shards(batches, shards)
+        assert sorted(order) == sorted(map(str, shards))
+        orders.append(order)
+    assert len({tuple(o) for o in orders}) == 3
+
+
+def test_without_shuffling_shards_are_read_in_order_each_in_archive_order(shards):
     dataset = TarShardDataset(shards, shuffle_shards=False, transform=skip_decode, return_key=True)
     keys = keys_of(dataset)
     for i, shard in enumerate(shards):
-        with tarfile.open(shard) as tar:
-            expected = [n[:-4] for n in tar.getnames() if n.endswith(".jpg")]
-        assert keys[i * MAXCOUNT : (i + 1) * MAXCOUNT] == expected == sorted(expected)
+        assert keys[i * MAXCOUNT : (i + 1) * MAXCOUNT] == tarloader_keys(shard)
 
 
 def test_resampling_gives_every_rank_the_same_epoch_length(shards, manifest):

@@ -80,11 +80,13 @@ def test_tar_shards_follow_the_webdataset_convention(tmp_path, small_root, small
     shards = pack.write_tar_shards(tmp_path, root=small_root, maxcount=16, progress=False)
     assert [p.name for p in shards] == [f"shard-{i:06d}.tar" for i in range(4)]
     by_key = {s.key: s for s in small_manifest}
+    order = pack.shuffled(small_manifest, 0)
     seen = Counter()
-    for shard in shards:
+    for i, shard in enumerate(shards):
         members = _tar_members(shard)
         names = [name for name, _ in members]
-        assert names == sorted(names), "members are sorted by name within a shard"
+        expected = [n for s in order[16 * i : 16 * (i + 1)] for n in (f"{s.key}.cls", f"{s.key}.jpg")]
+        assert names == expected, "samples in the shuffled order, each sample's .cls then .jpg"
         assert len(members) <= 2 * 16
         for (cls_name, cls), (jpg_name, jpg) in zip(members[::2], members[1::2]):
             key = cls_name.removesuffix(".cls")
@@ -106,6 +108,16 @@ def test_shuffling_before_sharding_mixes_keys_across_shards(tmp_path, small_root
     assert [p.read_bytes() for p in shuffled] == [p.read_bytes() for p in again], "same seed, same shards"
 
 
+def test_samples_are_written_in_the_order_given_never_re_sorted(tmp_path, small_root, small_manifest):
+    """Keys that encode the class (ImageNet's n01440764_*) would regroup by class if a shard were sorted
+    by name; the writer keeps the order it is given, each sample's files adjacent."""
+    mixed = small_manifest[::-1]  # any order that sorting by key would change
+    shards = pack.write_tar_shards(tmp_path, samples=mixed, root=small_root, maxcount=25, shuffle=False, progress=False)
+    names = [name for shard in shards for name, _ in _tar_members(shard)]
+    assert names == [n for s in mixed for n in (f"{s.key}.cls", f"{s.key}.jpg")]
+    assert names != sorted(names)
+
+
 def test_shards_from_a_class_sorted_list_stay_class_sorted(tmp_path, small_root, small_manifest):
     by_class = sorted(small_manifest, key=lambda s: (s.label, s.key))
     shards = pack.write_tar_shards(tmp_path, samples=by_class, root=small_root, maxcount=6, shuffle=False, progress=False)
@@ -114,8 +126,11 @@ def test_shards_from_a_class_sorted_list_stay_class_sorted(tmp_path, small_root,
         assert len(labels) == 1
 
 
-@pytest.mark.parametrize("maxsize", [120_000, 300_000])
-def test_maxsize_bounds_every_shard_on_disk(tmp_path, small_root, maxsize):
+@pytest.mark.parametrize("samples_worth", [1, 3])
+def test_maxsize_bounds_every_shard_on_disk(tmp_path, small_root, small_manifest, samples_worth):
+    # The limit in units of the largest sample's shard, so it fits whatever size the generated JPEGs have.
+    largest = max(pack.tar_archive_size(pack.tar_member_size(1) + pack.tar_member_size(s.bytes)) for s in small_manifest)
+    maxsize = samples_worth * largest
     shards = pack.write_tar_shards(tmp_path, root=small_root, maxcount=10_000, maxsize=maxsize, progress=False)
     sizes = [p.stat().st_size for p in shards]
     assert max(sizes) <= maxsize
@@ -163,6 +178,17 @@ def test_cached_artefacts_are_rebuilt_when_the_dataset_is_newer(tmp_path, small_
     assert pack.ensure_zip(root=root, progress=False).stat().st_mtime_ns == mtime
     shards = pack.ensure_tar_shards(maxcount=25, root=root, progress=False)
     assert len(shards) == 3
+    written = shards[0].stat().st_mtime_ns
+    assert pack.ensure_tar_shards(maxcount=25, root=root, progress=False)[0].stat().st_mtime_ns == written
+    # Shards in an older layout (sorted by name) are written again, in today's.
+    old_layout = sorted(pack.shuffled(data.load_manifest(root), 0)[:25], key=lambda s: s.key)
+    pack.write_tar_shards(shards[0].parent, samples=old_layout, root=root, maxcount=25, shuffle=False, progress=False)
+    for i in range(1, 3):  # the same count of shards, so only their contents can tell
+        shutil.copy(shards[0], shards[0].with_name(f"shard-{i:06d}.tar"))
+    rewritten = pack.ensure_tar_shards(maxcount=25, root=root, progress=False)
+    assert [n for n, _ in _tar_members(rewritten[0])] == [
+        n for s in pack.shuffled(data.load_manifest(root), 0)[:25] for n in (f"{s.key}.cls", f"{s.key}.jpg")
+    ]
     import os
 
     os.utime(data.paths.manifest_path(root))  # as if regenerated

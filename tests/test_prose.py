@@ -62,6 +62,32 @@ def test_every_cited_name_is_bound_before_it_is_cited(notebook):
     assert not problems, f"{notebook.relative_to(ROOT)}: " + "; ".join(problems)
 
 
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_cited_name_is_bound_once(notebook):
+    """JupyterLab evaluates a sentence's names after the cells queued before it have run.
+
+    On "Run All" that is after *every* code cell, so a name bound twice would show its
+    last value in both sentences. Each cited name is therefore bound by one call only.
+    """
+    cited = set(EVAL.findall(notebook.read_text()))
+    bound_at: dict[str, list[tuple[int, int]]] = {}  # name -> (cell, line) of each figures() keyword
+    stores: list[tuple[str, int, int]] = []  # (name, cell, line) of each plain assignment
+    cells = [piece for kind, piece in _segments(notebook.read_text()) if kind == "code"]
+    for cell, piece in enumerate(cells):
+        for node in ast.walk(ast.parse(piece)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "figures":
+                for keyword in node.keywords:
+                    bound_at.setdefault(keyword.arg, []).append((cell, node.lineno))
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores.append((node.id, cell, node.lineno))
+    twice = sorted(name for name, places in bound_at.items() if len(places) > 1 and name in cited)
+    assert not twice, f"{notebook.relative_to(ROOT)}: cited names bound by more than one figures() call: {twice}"
+    # Code that assigns a cited name after figures() bound it would show the code's value instead.
+    rebound = sorted({name for name, cell, line in stores
+                      if name in cited and name in bound_at and (cell, line) > bound_at[name][0]})
+    assert not rebound, f"{notebook.relative_to(ROOT)}: cited names assigned again after figures() (rename the figure): {rebound}"
+
+
 def test_no_book_only_roles_in_notebooks():
     """``{glue:...}`` shows as raw text in JupyterLab: the prose uses ``{eval}`` instead."""
     pages = NOTEBOOKS + [ROOT / "intro.md", ROOT / "instructor.md", ROOT / "exercises" / "index.md"]

@@ -28,7 +28,7 @@ import zlib
 import pytest
 from torch.utils.data import ChainDataset, ConcatDataset, DataLoader
 
-from packlab import audit, exercises, grade, grading, pack, paths
+from packlab import audit, exercises, formats, grade, grading, pack, paths
 from packlab.bench import run_until_error
 from packlab.loaders import JpegFolderDataset, NaiveZipDataset, RawFolderDataset, TarShardDataset, ZipDataset
 
@@ -49,6 +49,7 @@ SOLUTION_CLASSES = {
     "03_per_worker_zip": {"OpenInInitZipDataset": "open in init", "PerWorkerZipDataset": "workers"},
     "04_tar_shards": {"TarShardDataset": "workers"},
     "05_shard_split": {"RankShardDataset": "workers", "shards_for": "helper"},
+    "08_lmdb": {"LmdbDataset": "workers"},
 }
 
 
@@ -69,6 +70,7 @@ def packed(small_root, small_manifest, tmp_path_factory):
         "jpeg_zip": pack.write_zip(folder / "jpeg.zip", members="jpeg", root=small_root, progress=False),
         "raw_zip": pack.write_zip(folder / "raw.zip", members="raw", root=small_root, progress=False),
         "raw_folder": pack.write_raw_folder(folder / "raw", root=small_root, progress=False),
+        "lmdb": formats.write_lmdb(folder / "images.lmdb", root=small_root, progress_bar=False),
         "thirds": thirds,
         # 4 shards of 5 per third: each of the 2 workers reads 2 shards of every dataset.
         "shards": [
@@ -147,6 +149,7 @@ def map_style(small_root, packed, solutions):
         "solution 01 JpegFolderDataset": solution_jpeg,
         "solution 03 PerWorkerZipDataset": solutions["03_per_worker_zip PerWorkerZipDataset"](
             packed["jpeg_zip"], return_key=True),
+        "solution 08 LmdbDataset": solutions["08_lmdb LmdbDataset"](packed["lmdb"], return_key=True),
     }
 
 

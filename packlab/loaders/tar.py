@@ -9,7 +9,9 @@ stage:
    (:func:`packlab.pack.expand_pattern`).
 2. **Shard order.** Reshuffled every epoch from ``(seed, epoch)``. Every rank and every
    worker computes the *same* order, so the split below cuts one list into disjoint
-   parts rather than cutting several different lists.
+   parts rather than cutting several different lists. The epoch is set in the training
+   process and read by the workers through shared memory (:class:`SharedEpoch`), so it
+   reaches persistent workers too.
 3. **Split.** By rank first (``order[rank::world_size]``), then by worker
    (``mine[worker::num_workers]``). Without the worker split every worker reads every
    shard and each sample arrives ``num_workers`` times.
@@ -19,7 +21,8 @@ stage:
 5. **Group.** Consecutive members that share a key (``000123.cls``, ``000123.jpg``) form
    one sample.
 6. **Shuffle buffer.** A bounded buffer shuffles samples *locally* (:func:`shuffle_buffer`).
-   It holds encoded bytes, about 35 kB a sample here, not 786 kB decoded tensors.
+   It holds encoded bytes (about 110 kB a sample here, as in ImageNet), not decoded
+   tensors (786 kB).
 7. **Decode + transform.** :func:`packlab.transforms.standard_transform`, as in every
    loader of the course.
 
@@ -42,6 +45,7 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -50,7 +54,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from packlab.loaders.skipping import BadSampleHandling
+from packlab.loaders.skipping import MAX_WORKERS, BadSampleHandling
 from packlab.pack import expand_pattern
 from packlab.transforms import CorruptImageError, standard_transform
 
@@ -151,6 +155,73 @@ def epoch_shard_order(shards: Sequence, seed: int, epoch: int) -> list:
     """
     order = np.random.default_rng([seed, epoch]).permutation(len(shards))
     return [shards[i] for i in order]
+
+
+class RepeatedEpochWarning(UserWarning):
+    """A reader started a second pass over the same epoch without ``set_epoch`` in between."""
+
+
+class SharedEpoch:
+    """The epoch number: written by ``set_epoch`` in the training process, read by every DataLoader worker.
+
+    Why shared memory. A DataLoader worker reads its own copy of the dataset. Without
+    ``persistent_workers`` it gets a fresh copy every epoch (forked from, or pickled out
+    of, the training process's dataset), so a plain ``self.epoch = epoch`` set before the
+    epoch reaches it. With ``persistent_workers=True`` the workers start once and keep
+    their first copy: at the next epoch the DataLoader only tells each worker to iterate
+    its copy again (``_ResumeIteration`` in ``torch/utils/data/_utils/worker.py``), and
+    nothing the training process changes in its own dataset reaches them. Every epoch
+    would then repeat the first one's shard order and shuffle, silently.
+
+    So the number lives in a small int64 tensor in shared memory, like
+    :class:`packlab.loaders.skipping.SkipCounter`'s counts: ``fork`` workers inherit the
+    mapping, and under ``spawn`` and ``forkserver`` torch pickles a shared tensor as a
+    handle on the same memory. One writer (the training process, between epochs), many
+    readers: every reader of every epoch sees the number last set, persistent or not.
+
+    Why not let each worker count its own epochs instead (what ``webdataset``'s
+    ``detshuffle`` does)? Fresh workers start from the training process's copy, which never
+    counts, so they would repeat epoch 0 for ever; and a reader whose count falls out of
+    step with the others (a worker count changed between loaders, a loader abandoned
+    mid-epoch) would cut a *different* permutation of the shards than its peers: shards
+    lost and duplicated, without an error. One number set in one place cannot disagree.
+
+    Forgetting ``set_epoch`` therefore repeats the last epoch's order everywhere, as it does
+    for ``DistributedSampler``. That at least is detected: each process records in its own
+    row (row 0 the main process, row ``1 + i`` worker ``i``) which ``set_epoch`` call it last
+    iterated under, and :meth:`start_pass` reports a second pass under the same one.
+    """
+
+    def __init__(self, max_workers: int = MAX_WORKERS):
+        # [epoch, number of set() calls so far, then per process: the set() count of its last pass]
+        state = torch.full((2 + 1 + max_workers,), -1, dtype=torch.int64)
+        state[:2] = 0
+        self._state = state.share_memory_()
+
+    @property
+    def value(self) -> int:
+        """The epoch last set (0 before any)."""
+        return int(self._state[0])
+
+    def set(self, epoch: int) -> None:
+        """Set the epoch (in the training process, before the DataLoader's epoch starts)."""
+        self._state[0] = epoch
+        self._state[1] += 1
+
+    def start_pass(self) -> tuple[int, bool]:
+        """``(epoch, repeated)`` for a pass this process starts now.
+
+        ``repeated`` is True when this process (this worker, or the main process) already
+        started a pass since the last :meth:`set`: the pass will repeat that one's order.
+        """
+        info = get_worker_info()
+        row = 2 + (0 if info is None else info.id + 1)
+        generation = int(self._state[1])
+        repeated = False
+        if row < len(self._state):  # more workers than rows: no check, the epoch is still right
+            repeated = int(self._state[row]) == generation
+            self._state[row] = generation
+        return int(self._state[0]), repeated
 
 
 def distributed_rank_and_world_size() -> tuple[int, int]:
@@ -343,8 +414,9 @@ def group_samples(members: Iterable[tuple[str, bytes]], source: str) -> Iterator
 
     A sample needs one ``.jpg`` and one ``.cls`` member; other extensions are ignored.
     Missing or repeated files raise :class:`ShardError` naming the shard and the key:
-    the files of a sample must sit next to each other in the archive (sorting it by name
-    does that).
+    the files of a sample must sit next to each other in the archive, which is all a
+    streaming reader needs (:func:`packlab.pack.write_tar_shards` and
+    ``webdataset.ShardWriter`` write them so; the archive need not be sorted).
     """
 
     def finish(key: str, files: dict[str, bytes]) -> RawSample:
@@ -353,7 +425,8 @@ def group_samples(members: Iterable[tuple[str, bytes]], source: str) -> Iterator
             raise ShardError(
                 f"sample {key} in shard {source} has no {' or '.join(missing)} file next to its "
                 f"{', '.join('.' + e for e in files) or 'other files'}: each sample needs "
-                f"{' and '.join('.' + e for e in REQUIRED_EXTENSIONS)}, stored adjacently (tar --sort=name)."
+                f"{' and '.join('.' + e for e in REQUIRED_EXTENSIONS)}, next to each other in the shard "
+                "(as packlab.pack.write_tar_shards and webdataset.ShardWriter write them)."
             )
         text = files[LABEL_EXTENSION].decode("ascii", errors="replace").strip()
         try:
@@ -486,8 +559,12 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
 
     ``split_by_worker=False`` exists to show what goes wrong without the worker split.
 
-    With ``persistent_workers=True`` each worker keeps the copy of the dataset it got when
-    it started, so :meth:`set_epoch` no longer reaches it; leave persistent workers off.
+    The epoch lives in shared memory (:class:`SharedEpoch`), so :meth:`set_epoch` reaches
+    DataLoader workers whether they are fresh every epoch or persistent
+    (``persistent_workers=True``, where a plain attribute would stay at the value the
+    workers started with), under ``fork``, ``spawn`` and ``forkserver`` alike. Without
+    ``set_epoch`` every epoch repeats the previous one's order (still every sample once),
+    and a :class:`RepeatedEpochWarning` says so.
 
     A damaged shard, a sample with a bad label or a missing file, or an image that does
     not decode raises (:class:`ShardError`, :class:`~packlab.transforms.CorruptImageError`)
@@ -539,20 +616,33 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
         self.split_by_worker = split_by_worker
         self.epoch_length = epoch_length
         self.opener = opener
-        self.epoch = 0
+        self._epoch = SharedEpoch()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch last passed to :meth:`set_epoch` (0 before any)."""
+        return self._epoch.value
 
     def set_epoch(self, epoch: int) -> None:
-        """Use this epoch's shard order and shuffle; call before iterating each epoch."""
-        self.epoch = epoch
+        """Use this epoch's shard order and shuffle; call before iterating each epoch.
+
+        The value is written to shared memory, so DataLoader workers see it even when they
+        are persistent.
+        """
+        self._epoch.set(epoch)
 
     def check_split(self, num_workers: int) -> None:
         """Raise :class:`ShardSplitError` now if ``num_workers`` workers per rank would starve."""
         if self.epoch_length is None:
             check_shard_split(len(self.shards), self.world_size, num_workers if self.split_by_worker else 0)
 
-    def shards_for(self, worker_id: int, num_workers: int) -> list[str]:
-        """The shards worker ``worker_id`` of this rank reads this epoch (not in resampling mode)."""
-        order = epoch_shard_order(self.shards, self.seed, self.epoch) if self.shuffle_shards else list(self.shards)
+    def shards_for(self, worker_id: int, num_workers: int, epoch: int | None = None) -> list[str]:
+        """The shards worker ``worker_id`` of this rank reads in ``epoch`` (default: the current one).
+
+        Not used in resampling mode (``epoch_length``).
+        """
+        epoch = self.epoch if epoch is None else epoch
+        order = epoch_shard_order(self.shards, self.seed, epoch) if self.shuffle_shards else list(self.shards)
         mine = split_shards_by_rank(order, self.rank, self.world_size)
         if self.split_by_worker:
             mine = split_shards_by_worker(mine, worker_id, num_workers)
@@ -602,14 +692,16 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
                 empty.add(shard)
         raise ShardError(f"none of the {len(empty)} shards holds a readable sample: check or rewrite them")
 
-    def _raw_samples(self, worker_id: int, num_workers: int) -> tuple[Iterator[RawSample], Iterator | None]:
+    def _raw_samples(
+        self, worker_id: int, num_workers: int, epoch: int
+    ) -> tuple[Iterator[RawSample], Iterator | None]:
         """This worker's undecoded samples for the epoch, and (resampling only) the endless stream they come from."""
         if self.epoch_length is None:
-            shards = self.shards_for(worker_id, num_workers)
+            shards = self.shards_for(worker_id, num_workers, epoch)
             return (sample for shard in shards for sample in self._shard_samples(shard)), None
         # Resampling: draw shards with replacement until this worker's share is delivered.
         share = self.epoch_length // num_workers + (worker_id < self.epoch_length % num_workers)
-        rng = random.Random(f"shards-{self.seed}-{self.epoch}-{self.rank}-{worker_id}")
+        rng = random.Random(f"shards-{self.seed}-{epoch}-{self.rank}-{worker_id}")
         endless = self._resampled(rng)
         return itertools.islice(endless, share), endless
 
@@ -628,14 +720,23 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
         info = get_worker_info()
         worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         self.check_split(num_workers)
-        rng = random.Random(f"buffer-{self.seed}-{self.epoch}-{self.rank}-{worker_id}")
-        raw, spare = self._raw_samples(worker_id, num_workers)
+        epoch, repeated = self._epoch.start_pass()  # from shared memory: persistent workers see set_epoch too
+        if repeated and self._order_depends_on_epoch():
+            warnings.warn(RepeatedEpochWarning(
+                f"{self!r} starts another pass over epoch {epoch} without set_epoch() since the last one, so it "
+                "repeats that pass's shard order and shuffle. Call dataset.set_epoch(epoch) before each epoch."
+            ), stacklevel=2)
+        rng = random.Random(f"buffer-{self.seed}-{epoch}-{self.rank}-{worker_id}")
+        raw, spare = self._raw_samples(worker_id, num_workers, epoch)
         for sample in shuffle_buffer(raw, self.shuffle_buffer, rng):
             item = self._decoded(sample)
             while item is None and spare is not None:  # resampling: draw a replacement, keep the length
                 item = self._decoded(next(spare))
             if item is not None:
                 yield item
+
+    def _order_depends_on_epoch(self) -> bool:
+        return self.shuffle_shards or self.shuffle_buffer > 1 or self.epoch_length is not None
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,119 @@
+"""Start JupyterLab on the course, the way attendees work through it (``make lab``).
+
+Attendees open the chapters and exercises, which are MyST markdown files, as notebooks.
+Three things make that work, and this module is the one place that sets them up, for
+``make lab`` and for the test that drives JupyterLab in a browser
+(``tests/test_lab_browser.py``):
+
+* **Settings shipped with the course.** ``jupyterlab-settings/overrides.json5`` makes a
+  double-click on a ``.md`` file open it with jupytext's notebook viewer. It is installed
+  into the environment's JupyterLab settings (``overrides.d/``), which JupyterLab reads as
+  its defaults; nothing is written to the home folder.
+* **State of its own.** JupyterLab remembers open tabs *with the viewer each was opened
+  in* (its workspace) and restores them before the settings above apply, so a ``.md``
+  once opened as text would reopen as text. The course's JupyterLab keeps its workspaces
+  and user settings in ``_build/lab/`` instead of the home folder.
+* **The command line.** The server listens on 127.0.0.1 only, serves the repository,
+  and adds ``--allow-root`` when run as root (JupyterLab refuses root otherwise).
+
+Saving a notebook writes the ``.md`` file back through jupytext, filtered by
+``jupytext.toml`` (see the comments there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from packlab import paths
+
+#: The JupyterLab settings the course ships (JSON5: JSON with comments).
+SETTINGS_SOURCE = paths.repo_root() / "jupyterlab-settings" / "overrides.json5"
+#: Its name among the environment's settings overrides.
+SETTINGS_NAME = "packlab.json5"
+#: Where ``make lab`` keeps JupyterLab's workspaces and user settings.
+STATE_DIR = paths.build_dir() / "lab"
+#: JupyterLab's usual port; if it is taken, JupyterLab tries the next ones.
+DEFAULT_PORT = 8888
+
+
+def settings_target() -> Path:
+    """Where JupyterLab of this environment reads defaults from: ``<app dir>/settings/overrides.d/``."""
+    from jupyterlab.commands import get_app_dir
+
+    return Path(get_app_dir()) / "settings" / "overrides.d" / SETTINGS_NAME
+
+
+def install_settings() -> Path:
+    """Copy the course's JupyterLab settings into the environment (if they differ); return the copy."""
+    target = settings_target()
+    if not target.exists() or target.read_bytes() != SETTINGS_SOURCE.read_bytes():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SETTINGS_SOURCE, target)
+    return target
+
+
+def command(
+    port: int = DEFAULT_PORT,
+    state_dir: Path = STATE_DIR,
+    token: str | None = None,
+    open_browser: bool = True,
+    port_retries: int | None = None,
+) -> list[str]:
+    """The command line that starts the course's JupyterLab on the repository.
+
+    ``state_dir`` holds the workspaces and user settings (a fresh folder gives a
+    JupyterLab that remembers nothing). ``token=None`` lets Jupyter make up a token and
+    print the URL with it; ``port_retries=0`` fails instead of moving to another port.
+    """
+    state_dir = Path(state_dir).resolve()
+    cmd = [
+        sys.executable, "-m", "jupyterlab",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--ServerApp.root_dir={paths.repo_root()}",
+        f"--LabApp.workspaces_dir={state_dir / 'workspaces'}",
+        f"--LabApp.user_settings_dir={state_dir / 'user-settings'}",
+        f"--ServerApp.open_browser={open_browser}",
+    ]
+    if port_retries is not None:
+        cmd.append(f"--ServerApp.port_retries={port_retries}")
+    if token is not None:
+        cmd.append(f"--IdentityProvider.token={token}")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return cmd
+
+
+def prepare(state_dir: Path = STATE_DIR) -> None:
+    """Install the settings and create the state folders: everything before the command runs."""
+    install_settings()
+    for folder in ("workspaces", "user-settings"):
+        (Path(state_dir) / folder).mkdir(parents=True, exist_ok=True)
+
+
+BANNER = """\
+Starting JupyterLab on the course (stop it with Ctrl+C, twice).
+  Open the http://127.0.0.1:... URL it prints below, with its ?token=... part.
+  Double-click a chapter (chapters/) or an exercise (exercises/) to open it as a notebook.
+  Should a .md file ever open as text: right-click it -> Open With -> Jupytext Notebook.
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m packlab.lab", description="Start JupyterLab on the course.")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default %(default)s)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    args = parser.parse_args(argv)
+    prepare()
+    cmd = command(port=args.port, open_browser=not args.no_browser)
+    print(BANNER, flush=True)
+    os.chdir(paths.repo_root())
+    os.execv(cmd[0], cmd)  # JupyterLab takes over this process: Ctrl+C reaches it directly
+
+
+if __name__ == "__main__":
+    main()

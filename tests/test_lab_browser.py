@@ -1,0 +1,380 @@
+"""The attendee's path: the course's JupyterLab (``make lab``), driven in a real browser.
+
+Attendees run ``make lab``, open a chapter or an exercise (MyST ``.md`` files) as a
+notebook, run it, and solve the exercises with ``check()``. This test does the same in
+headless Chromium, driven by Playwright:
+
+* JupyterLab starts with ``make lab``'s command line and settings (:mod:`packlab.lab`),
+  on a free port, with a token and fresh workspaces and user settings, so that nothing
+  of an earlier session is restored;
+* ``exercises/01_jpeg_dataset.md``, opened by its ``/lab/tree/`` URL, is a notebook, not
+  a text editor. Its first cell lists the checks; the reference ``JpegFolderDataset``
+  from ``solutions/`` goes into the stub's cell, and the check reports every part
+  passed. Saving writes that cell into the ``.md`` file, and nothing else but the
+  ``jupytext_version`` line;
+* ``chapters/03_zip_pitfall.md``, double-clicked in the file browser, runs from top to
+  bottom ("Run All Cells") without an error; every ``{eval}`name``` in its prose shows
+  the value the chapter's cells passed to ``figures()`` (no raw role, no bare name);
+  and saving leaves the ``.md`` file as it was (but for the ``jupytext_version`` line
+  jupytext adds to the header), while the paired ``.ipynb`` keeps the evaluated values.
+
+The two notebooks, their paired ``.ipynb`` files and JupyterLab's checkpoints of them are
+put back as they were (content and modification time) when the test ends. Screenshots:
+``_build/screens/lab-*.png``.
+
+Under ``make test`` it runs after the notebooks (``needs_book`` orders it there, see
+``packlab/pytest_book_cache.py``): the unit tests report first, and chapter 2 has written
+the archives chapter 3 reads. Chromium: see ``browser_support.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from browser_support import CHROMIUM_FLAGS, chromium  # noqa: F401 - the shared fixture
+
+from packlab import exercises, lab, paths
+
+pytestmark = pytest.mark.needs_book
+
+ROOT = paths.repo_root()
+SCREENS = paths.build_dir() / "screens"
+EXERCISE = "exercises/01_jpeg_dataset.md"
+SOLUTION = "solutions/01_jpeg_dataset.md"
+CHAPTER = "chapters/03_zip_pitfall.md"
+START_TIMEOUT = 180  # seconds for JupyterLab to answer
+UI_TIMEOUT = 120_000  # milliseconds for the page to show something (kernel start included)
+CHECK_TIMEOUT = 600_000  # milliseconds for the exercise's check
+RUN_ALL_TIMEOUT = 1_500_000  # milliseconds for the whole chapter (make test allows 600 s per cell)
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.S | re.M)
+EVAL = re.compile(r"\{eval\}`([^`]*)`")
+
+
+# ---------------------------------------------------------------------------------------
+# JupyterLab and the browser
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _request(url: str, token: str, method: str = "GET"):
+    request = urllib.request.Request(url, method=method, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.status
+
+
+def _stop(server: subprocess.Popen, base: str, token: str) -> None:
+    """Shut JupyterLab down through its API (which stops the kernels, in sessions of their own), else kill it."""
+    with contextlib.suppress(Exception):
+        _request(f"{base}/api/shutdown", token, method="POST")
+        server.wait(timeout=60)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if server.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def sources_kept():
+    """Put back, at the end, the files that opening and saving the two notebooks writes.
+
+    That is each notebook, its paired .ipynb, and the checkpoints JupyterLab keeps of both
+    in ``.ipynb_checkpoints/`` (which would otherwise be found by ``make test``'s search
+    for notebooks): content and modification time as they were, or no file.
+    """
+    kept, folders = {}, {}
+    for name in (EXERCISE, CHAPTER):
+        source = ROOT / name
+        checkpoints = source.parent / ".ipynb_checkpoints"
+        folders[checkpoints] = checkpoints.exists()
+        for path in (
+            source,
+            source.with_suffix(".ipynb"),
+            checkpoints / f"{source.stem}-checkpoint.md",
+            checkpoints / f"{source.stem}-checkpoint.ipynb",
+        ):
+            kept[path] = (path.read_bytes(), path.stat()) if path.exists() else None
+    yield
+    for path, before in kept.items():
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            content, stat = before
+            path.write_bytes(content)
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    for folder, existed in folders.items():
+        if not existed and folder.exists() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(sources_kept, tmp_path_factory):
+    """``make lab``'s JupyterLab on a free port, with fresh state; yields (base URL, token)."""
+    state = tmp_path_factory.mktemp("lab-state")
+    port, token = _free_port(), secrets.token_hex(16)
+    lab.prepare(state)
+    cmd = lab.command(port=port, state_dir=state, token=token, open_browser=False, port_retries=0)
+    log_path = state / "jupyterlab.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                if _request(f"{base}/api/status", token) == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not start ({' '.join(cmd)}):\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        _stop(server, base, token)
+
+
+@pytest.fixture(scope="module")
+def page(chromium, jupyterlab):  # noqa: F811 - chromium is the imported fixture
+    from playwright.sync_api import sync_playwright
+
+    for old in SCREENS.glob("lab-*.png"):  # a screenshot of an earlier failure would mislead
+        old.unlink()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            tab = browser.new_page(viewport={"width": 1400, "height": 900})
+            tab.set_default_timeout(UI_TIMEOUT)
+            yield tab
+        finally:
+            browser.close()
+
+
+def _screenshot(page, name: str) -> None:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / f"lab-{name}.png"))
+
+
+def _current_notebook(page, title: str):
+    """The notebook in the current tab, once the tab called ``title`` is current; fails on a text editor."""
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-current", has_text=title).wait_for()
+    page.locator(".jp-NotebookPanel:visible, .jp-FileEditor:visible").first.wait_for()
+    editors = page.locator(".jp-FileEditor:visible").count()
+    assert editors == 0, f"{title} opened in the text editor, not as a notebook"
+    panel = page.locator(".jp-NotebookPanel:visible")
+    assert panel.count() == 1
+    panel.locator(".jp-Notebook .jp-Cell").first.wait_for()  # the cells are loaded
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for()  # the kernel has started
+    return panel
+
+
+@contextlib.contextmanager
+def _screenshot_on_failure(page, name: str):
+    """Keep what the page showed when a step failed: ``_build/screens/lab-<name>-failed.png``."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _screenshot(page, f"{name}-failed")
+        raise
+
+
+def _run_cell(page, cell) -> None:
+    cell.locator(".jp-InputPrompt").first.click()  # selects the cell, in command mode
+    page.keyboard.press("Shift+Enter")
+
+
+def _save_and_wait(page, path: Path) -> None:
+    """Save the current notebook (Ctrl+S) and wait until jupytext has written ``path``."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 60
+    while not (path.exists() and path.stat().st_mtime_ns != before):
+        assert time.monotonic() < deadline, f"saving in JupyterLab did not write {path.relative_to(ROOT)}"
+        time.sleep(0.2)
+    time.sleep(1)  # the paired file is written in the same save
+
+
+def _without_jupytext_version(text: str) -> str:
+    """The text without the ``jupytext_version`` line jupytext adds to the header on saving (see jupytext.toml)."""
+    return re.sub(r"(?m)^ +jupytext_version: .*\n", "", text)
+
+
+def _diff(expected: str, actual: str, name: str) -> str:
+    return "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), "expected", name))
+
+
+# ---------------------------------------------------------------------------------------
+# The exercise
+
+
+def _reference_solution(cell_marker: str) -> str:
+    """The code cell of the solution notebook that contains ``cell_marker``, without the solution markers."""
+    text = (ROOT / SOLUTION).read_text()
+    cell = next(body for body in CODE_CELL.findall(text) if cell_marker in body)
+    markers = {exercises.BEGIN_SOLUTION, exercises.END_SOLUTION}
+    return "\n".join(line for line in cell.splitlines() if line.strip() not in markers)
+
+
+def test_an_exercise_opens_as_a_notebook_and_a_correct_solution_passes_its_check(page, jupyterlab):
+    base, token = jupyterlab
+    with _screenshot_on_failure(page, "exercise"):
+        exercise_path = ROOT / EXERCISE
+        original = exercise_path.read_text()
+        page.goto(f"{base}/lab/tree/{EXERCISE}?token={token}")
+        panel = _current_notebook(page, exercise_path.name)
+        _screenshot(page, "exercise-open")
+
+        code_cells = panel.locator(".jp-CodeCell")
+        listing = code_cells.nth(0)
+        _run_cell(page, listing)
+        listing.locator(".jp-OutputArea").get_by_text("JpegFolderDataset(keys=None", exact=False).first.wait_for()
+
+        solution = _reference_solution("class JpegFolderDataset")
+        stub = code_cells.filter(has_text="class JpegFolderDataset").first
+        assert "NotImplementedError" in stub.text_content(), "the exercise's stub cell is not where the test expects it"
+        stub.locator(".cm-content").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.insert_text(solution)  # as pasted: no auto-indent, no closing brackets added
+        page.keyboard.press("Escape")
+        _run_cell(page, stub)
+        one_item = code_cells.filter(has_text="JpegFolderDataset(return_key=True)[0]").first
+        _run_cell(page, one_item)
+        one_item.locator(".jp-OutputArea").get_by_text("torch.float32").wait_for()
+        check_cell = code_cells.filter(has_text='check("jpeg_dataset"').first
+        _run_cell(page, check_cell)
+        report = check_cell.locator(".jp-OutputArea")
+        report.get_by_text("All parts passed").or_(report.get_by_text("Fix the parts marked")).first.wait_for(
+            timeout=CHECK_TIMEOUT
+        )
+        check_cell.scroll_into_view_if_needed()
+        _screenshot(page, "exercise-check")
+        outcome = report.text_content()
+        assert "All parts passed" in outcome, f"the reference solution failed its check:\n{outcome}"
+
+        _save_and_wait(page, exercise_path)
+        stub_source = next(body for body in CODE_CELL.findall(original) if "class JpegFolderDataset" in body)
+        expected = original.replace(stub_source, solution.rstrip("\n") + "\n", 1)
+        saved = _without_jupytext_version(exercise_path.read_text())
+        assert saved == expected, "saving wrote other changes than the edited cell:\n" + _diff(expected, saved, EXERCISE)
+
+
+# ---------------------------------------------------------------------------------------
+# The chapter
+
+_CELLS_AS_SHOWN = """(panel) => [...panel.querySelectorAll('.jp-Cell')].map(cell => {
+    const shown = cell.querySelector('.jp-InputArea').cloneNode(true);
+    shown.querySelectorAll('.jp-Editor, .jp-InputPrompt').forEach(node => node.remove());
+    return {
+        markdown: cell.classList.contains('jp-MarkdownCell'),
+        prompt: (cell.querySelector('.jp-InputPrompt') || {}).textContent || '',
+        text: shown.textContent,
+        code: [...shown.querySelectorAll('code')].map(node => node.textContent),
+    };
+})"""
+
+
+def _glued_values(notebook: dict) -> dict[str, str]:
+    """What the chapter's cells passed to ``figures()``, as text, by name (from the saved .ipynb)."""
+    values = {}
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = output.get("data", {}).get("application/papermill.record/text/plain")
+            if name and text is not None:
+                values[name] = re.sub(r"^([\"'])(.*)\1$", r"\2", text)  # a string shows without its quotes
+    return values
+
+
+def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(page, jupyterlab):
+    base, token = jupyterlab
+    with _screenshot_on_failure(page, "chapter"):
+        chapter_path = ROOT / CHAPTER
+        paired_path = chapter_path.with_suffix(".ipynb")
+        original = chapter_path.read_text()
+        # As an attendee does: in the file browser, a double-click on the folder, one on the chapter.
+        # (A workspace of its own: nothing restored from the other test moves the file browser meanwhile.)
+        page.goto(f"{base}/lab/workspaces/chapter?token={token}")
+        for name in ("chapters", chapter_path.name):
+            page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^\s*{re.escape(name)}\s*$")).dblclick()
+        panel = _current_notebook(page, chapter_path.name)
+
+        started = time.monotonic()
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        panel.locator(".jp-InputPrompt", has_text="[*]").first.wait_for()
+        page.wait_for_function(
+            "(panel) => ![...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+            ".some(prompt => prompt.textContent.includes('*'))",
+            arg=panel.element_handle(),
+            timeout=RUN_ALL_TIMEOUT,
+            polling=1000,
+        )
+        run_seconds = time.monotonic() - started
+        cells = panel.evaluate(_CELLS_AS_SHOWN)
+        numbered = re.compile(r"\[\d+\]:")
+        not_run = [i for i, c in enumerate(cells) if not c["markdown"] and not numbered.fullmatch(c["prompt"].strip())]
+        sentence = panel.locator(".jp-MarkdownCell", has_text="of 5 runs failed").first
+        sentence.scroll_into_view_if_needed()
+        _screenshot(page, "chapter-eval")
+        table_sentence = panel.locator(".jp-MarkdownCell", has_text="With JPEG members the locked loader").first
+        table_sentence.scroll_into_view_if_needed()
+        _screenshot(page, "chapter-table")
+
+        _save_and_wait(page, paired_path)
+        notebook = json.loads(paired_path.read_text())
+        errors = [
+            f"cell {i}: {o.get('ename')}: {o.get('evalue')}"
+            for i, cell in enumerate(notebook["cells"])
+            for o in cell.get("outputs", [])
+            if o["output_type"] == "error"
+        ]
+        assert not errors, f"{CHAPTER} raised in JupyterLab: {errors}"
+        assert not not_run, f"Run All stopped: code cells at {not_run} did not run (after {run_seconds:.0f} s)"
+        saved = _without_jupytext_version(chapter_path.read_text())
+        assert saved == original, "saving changed the chapter's .md:\n" + _diff(original, saved, CHAPTER)
+        assert len(cells) == len(notebook["cells"]), "the page and the saved notebook disagree on the cells"
+
+        glued = _glued_values(notebook)
+        problems = []
+        for number, (shown, stored) in enumerate(zip(cells, notebook["cells"])):
+            if not shown["markdown"]:
+                continue
+            names = EVAL.findall("".join(stored["source"]))
+            for raw in ("{eval", "{glue"):
+                if raw in shown["text"]:
+                    problems.append(f"markdown cell {number} shows a raw {raw}...}} role")
+            expressions = stored["metadata"].get("user_expressions", [])
+            evaluated = {e["expression"]: e["result"].get("status") for e in expressions}
+            for name in names:
+                if name not in glued:
+                    problems.append(f"markdown cell {number}: no cell passed {name}= to figures()")
+                elif name in shown["code"]:
+                    problems.append(f"markdown cell {number} shows the bare name {name!r}, not its value")
+                elif glued[name] not in shown["text"]:
+                    problems.append(f"markdown cell {number} does not show {name} = {glued[name]!r}")
+                if evaluated.get(name) != "ok":
+                    problems.append(f"markdown cell {number}: jupyterlab-myst did not evaluate {name}: {evaluated.get(name)}")
+        assert glued, f"{CHAPTER} glued no values: the test would check nothing"
+        assert not problems, "\n".join(problems)
+        print(f"{CHAPTER}: ran in JupyterLab in {run_seconds:.0f} s; {len(glued)} cited values shown")

@@ -1,0 +1,334 @@
+"""Shards in a real S3 object store (SeaweedFS on 127.0.0.1): upload, list, stream, faults and retries.
+
+One server serves the whole module (it starts in a few seconds). The fault tests kill it
+(``SIGKILL``) or freeze it (``SIGSTOP``) in the middle of an epoch and bring it back on
+the same ports, so every test leaves it running for the next. The retry logic itself is
+tested first without a server, with an opener that fails on purpose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from torch.utils.data import DataLoader
+
+from packlab import audit, data, objectstore, pack
+from packlab.bench import run_until_error
+from packlab.loaders.tar import ShardError, TarShardDataset, iter_shard_samples, open_shard, skip_decode
+from packlab.loaders.with_webdataset import webdataset_loader
+from packlab.retry import (
+    RetryingTarShardDataset,
+    RetryPolicy,
+    ShardReadError,
+    iter_shard_samples_resuming,
+)
+
+COUNT = 240
+MAXCOUNT = 60  # -> 4 shards of about 2 MB
+TIMEOUT = 120  # seconds a DataLoader waits for a batch before failing the test
+FAST = RetryPolicy(attempts=3, backoff_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return data.generate(tmp_path_factory.mktemp("s3-data"), count=COUNT, seed=13, workers=2, progress=False)
+
+
+@pytest.fixture(scope="module")
+def manifest(root):
+    return data.load_manifest(root)
+
+
+@pytest.fixture(scope="module")
+def shards(root, tmp_path_factory):
+    return pack.write_tar_shards(tmp_path_factory.mktemp("s3-shards"), root=root, maxcount=MAXCOUNT, progress=False)
+
+
+# ------------------------------------------------------------------ retries, without a server
+
+
+class FlakyOpener:
+    """Opens local shards; the streams of the first ``failures`` opens break after ``cut`` bytes."""
+
+    def __init__(self, failures: int, cut: int, error=ShardReadError):
+        self.failures, self.cut, self.error = failures, cut, error
+        self.opens = 0
+
+    def __call__(self, name: str):
+        self.opens += 1
+        stream = open_shard(name)
+        if self.opens > self.failures:
+            return stream
+        head = stream.read(self.cut)
+        stream.close()
+        error, shard = self.error, name
+
+        class Broken(io.BytesIO):
+            def read(self, size=-1):
+                chunk = super().read(size)
+                if not chunk and size != 0:
+                    raise error(f"reading shard {shard} failed: connection reset (on purpose)")
+                return chunk
+
+        return Broken(head)
+
+
+def test_a_shard_that_breaks_part_way_is_read_again_and_no_sample_is_delivered_twice(shards):
+    shard = str(shards[0])
+    reference = [s.key for s in iter_shard_samples(shard)]
+    opener = FlakyOpener(failures=2, cut=1_000_000)  # about half the shard, twice
+    retries = []
+    keys = [s.key for s in iter_shard_samples_resuming(shard, opener, FAST,
+                                                       on_retry=lambda *args: retries.append(args))]
+    assert keys == reference  # every sample once, in order
+    assert opener.opens == 3 and len(retries) == 2
+    delivered_before_retry = retries[0][2]
+    assert 0 < delivered_before_retry < len(reference), "the failure should come part-way through the shard"
+
+
+def test_retries_give_up_after_the_policy_s_attempts_with_an_error_naming_the_shard(shards):
+    shard = str(shards[0])
+    opener = FlakyOpener(failures=10, cut=500_000)
+    waits = []
+    with pytest.raises(ShardReadError, match="Gave up after 3 attempts") as failure:
+        list(iter_shard_samples_resuming(shard, opener, RetryPolicy(attempts=3, backoff_s=0.5), sleep=waits.append))
+    assert shard in str(failure.value) and "samples of this shard had been delivered" in str(failure.value)
+    assert waits == [0.5, 1.0] and opener.opens == 3
+
+
+def test_a_damaged_shard_is_not_retried(shards, tmp_path):
+    damaged = tmp_path / "damaged-000000.tar"
+    raw = bytearray(shards[0].read_bytes())
+    raw[1024 + 100] ^= 0xFF  # in the second member's header (1 header + 1 block of label): its checksum fails
+    damaged.write_bytes(bytes(raw))
+    opener = FlakyOpener(failures=0, cut=0)
+    with pytest.raises(ShardError, match="checksum") as failure:
+        list(iter_shard_samples_resuming(str(damaged), opener, FAST))
+    assert not isinstance(failure.value, ShardReadError) and opener.opens == 1
+
+
+def test_a_shard_that_changed_between_attempts_is_reported(shards):
+    first, second = str(shards[0]), str(shards[1])
+
+    class Swapping(FlakyOpener):
+        def __call__(self, name):
+            return super().__call__(first if self.opens == 0 else second)
+
+    with pytest.raises(ShardError, match="changed between two attempts"):
+        list(iter_shard_samples_resuming(first, Swapping(failures=1, cut=1_000_000), FAST))
+
+
+def test_the_policy_s_waits_double_up_to_a_limit():
+    policy = RetryPolicy(attempts=6, backoff_s=1.0, max_backoff_s=5.0)
+    assert [policy.wait_before(n) for n in range(1, 6)] == [1, 2, 4, 5, 5] and policy.total_wait() == 17
+    with pytest.raises(ValueError):
+        RetryPolicy(attempts=0)
+
+
+# ------------------------------------------------------------------ the server
+
+
+@pytest.fixture(scope="module")
+def server():
+    with objectstore.local_s3_server() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def urls(server, shards):
+    return objectstore.upload_shards(server.client(), objectstore.DEFAULT_BUCKET, shards, prefix="train/")
+
+
+def short_timeouts(server, read_timeout=3.0):
+    return objectstore.S3Settings(server.endpoint, server.access_key, server.secret_key,
+                                  connect_timeout=2.0, read_timeout=read_timeout)
+
+
+def test_uploaded_shards_are_listed_with_their_sizes(server, shards, urls):
+    listed = objectstore.list_objects(server.client(), objectstore.DEFAULT_BUCKET, prefix="train/")
+    assert listed == [(f"train/{p.name}", p.stat().st_size) for p in shards]
+    assert urls == [f"s3://shards/train/{p.name}" for p in shards]
+
+
+def test_the_server_refuses_unsigned_and_wrongly_signed_requests(server, urls):
+    import urllib.error
+    import urllib.request
+
+    bucket, key = objectstore.split_s3_url(urls[0])
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(f"{server.endpoint}/{bucket}/{key}", timeout=10)
+    assert anonymous.value.code == 403
+    wrong = objectstore.S3Settings(server.endpoint, server.access_key, "not-the-secret")
+    with pytest.raises(ShardError, match="SignatureDoesNotMatch") as failure:
+        objectstore.S3ShardOpener(wrong)(urls[0])
+    assert urls[0] in str(failure.value) and not isinstance(failure.value, ShardReadError)
+
+
+def test_a_missing_object_is_a_clear_error_not_a_retry(server, urls):
+    missing = urls[0].replace("shard-", "no-such-shard-")
+    with pytest.raises(ShardError, match="NoSuchKey") as failure:
+        objectstore.S3ShardOpener(server.settings)(missing)
+    assert missing in str(failure.value) and not isinstance(failure.value, ShardReadError)
+
+
+def test_shards_streamed_from_s3_hold_the_original_bytes(server, urls, manifest):
+    by_key = {s.key: s for s in manifest}
+    samples = list(iter_shard_samples(urls[0], objectstore.S3ShardOpener(server.settings)))
+    assert len(samples) == MAXCOUNT
+    assert all(hashlib.sha256(s.image_bytes).hexdigest() == by_key[s.key].sha256 for s in samples)
+
+
+def test_tar_shard_dataset_over_s3_with_two_workers_delivers_every_key_once(server, urls, manifest):
+    dataset = TarShardDataset(urls, opener=objectstore.S3ShardOpener(server.settings), shuffle_buffer=50,
+                              transform=skip_decode, return_key=True)
+    loader = DataLoader(dataset, batch_size=16, num_workers=2, multiprocessing_context="fork", timeout=TIMEOUT)
+    report = audit.audit_epoch(audit.records_from_batches(loader, with_pixels=False), manifest)
+    assert report.ok, report.summary()
+
+
+def test_the_opener_pickles_without_its_client_for_spawned_workers(server, urls):
+    import pickle
+
+    opener = objectstore.S3ShardOpener(server.settings)
+    opener(urls[0]).close()  # builds a client, with its connection pool
+    copy = pickle.loads(pickle.dumps(opener))
+    assert copy._client is None and copy.settings == opener.settings
+    assert len(list(iter_shard_samples(urls[0], copy))) == MAXCOUNT
+
+
+def test_webdataset_reads_s3_urls_through_its_gopen_table(server, urls, manifest):
+    objectstore.register_with_webdataset(server.settings)
+    loader = webdataset_loader(urls, 2, multiprocessing_context="fork", timeout=TIMEOUT, transform=skip_decode,
+                               batch_size=16)
+    seen = Counter(key for _, _, keys in loader for key in keys)
+    assert seen == Counter(s.key for s in manifest)
+
+
+def _kill_after(loader, batches: int, server, then=None):
+    """Iterate ``loader``; after ``batches`` batches kill the server (and run ``then``). Returns (batches, error, seconds)."""
+    received, start = 0, None
+    iterator = iter(loader)
+    try:
+        for _ in iterator:
+            received += 1
+            if received == batches:
+                server.kill()
+                start = time.monotonic()
+                if then is not None:
+                    then()
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        traceback.clear_frames(exc.__traceback__)
+        return received, exc, time.monotonic() - start
+    finally:
+        del iterator
+    return received, None, None if start is None else time.monotonic() - start
+
+
+def test_a_server_killed_mid_epoch_gives_a_clear_error_naming_the_shard(server, urls):
+    dataset = TarShardDataset(urls, opener=objectstore.S3ShardOpener(short_timeouts(server)),
+                              transform=skip_decode, return_key=True)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, multiprocessing_context="fork", timeout=TIMEOUT)
+    try:
+        received, error, seconds = _kill_after(loader, 3, server)
+    finally:
+        server.start()
+    assert isinstance(error, ShardReadError), f"expected ShardReadError, got {error!r} after {received} batches"
+    assert "s3://shards/train/shard-" in str(error) and "Is the object store" in str(error)
+    assert seconds < 30, f"the error took {seconds:.0f} s"
+
+
+def test_a_frozen_server_gives_a_timeout_not_a_hang(server, urls):
+    # Frozen before the request: the kernel still accepts the connection, and no answer ever comes.
+    dataset = TarShardDataset(urls[:1], opener=objectstore.S3ShardOpener(short_timeouts(server, read_timeout=2.0)),
+                              transform=skip_decode)
+    server.pause()
+    start = time.monotonic()
+    try:
+        with pytest.raises(ShardReadError, match="Read timeout") as failure:
+            next(iter(dataset))
+    finally:
+        server.resume()
+    assert urls[0] in str(failure.value) and time.monotonic() - start < 30
+
+
+def test_a_server_frozen_mid_body_gives_a_read_timeout_naming_the_object(server):
+    # An object larger than the socket buffers, so the body cannot have arrived before the freeze.
+    client = server.client()
+    client.put_object(Bucket=objectstore.DEFAULT_BUCKET, Key="big/blob-000000.tar", Body=bytes(48 * 1024 * 1024))
+    stream = objectstore.S3ShardOpener(short_timeouts(server, read_timeout=2.0))("s3://shards/big/blob-000000.tar")
+    stream.read(1024 * 1024)
+    server.pause()
+    start = time.monotonic()
+    try:
+        with pytest.raises(ShardReadError, match=r"sent nothing for 2 s \(read timeout\)") as failure:
+            while stream.read(1024 * 1024):
+                pass
+    finally:
+        server.resume()
+        stream.close()
+        client.delete_object(Bucket=objectstore.DEFAULT_BUCKET, Key="big/blob-000000.tar")
+    assert "s3://shards/big/blob-000000.tar failed after" in str(failure.value)
+    assert time.monotonic() - start < 30
+
+
+def test_with_retries_a_server_that_comes_back_costs_no_sample_and_repeats_none(server, urls, manifest):
+    dataset = RetryingTarShardDataset(urls, opener=objectstore.S3ShardOpener(short_timeouts(server)),
+                                      retry=RetryPolicy(attempts=8, backoff_s=1.0, max_backoff_s=8.0),
+                                      transform=skip_decode, return_key=True)
+    # No shuffle buffer: when the first batch arrives each worker is still in its first shard,
+    # so its second shard is opened while the server is down.
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, multiprocessing_context="fork", timeout=TIMEOUT)
+    records = []
+
+    def collect(loader_iter):
+        for images, labels, keys in loader_iter:
+            records.extend((k, int(label), None) for k, label in zip(keys, labels))
+            yield
+
+    # The server comes back 3 s after it was killed, while the workers go on reading (and failing).
+    comeback = threading.Timer(3.0, server.start)
+    try:
+        received, error, _ = _kill_after(collect(loader), 1, server, then=comeback.start)
+    finally:
+        comeback.join()
+    assert error is None, f"the epoch failed although the server came back: {error}"
+    report = audit.audit_epoch(records, manifest)
+    assert report.ok, report.summary()
+    assert dataset.retries >= 1
+
+
+def test_staging_from_s3_copies_with_the_announced_size(server, urls, tmp_path, shards):
+    from packlab.staging import stage_shards
+
+    report = stage_shards(urls[:2], tmp_path / "local", objectstore.S3ShardOpener(server.settings))
+    assert [p.read_bytes() for p in report.paths] == [p.read_bytes() for p in shards[:2]]
+
+
+def test_nothing_is_left_running_or_lying_around_after_the_block(tmp_path):
+    with objectstore.local_s3_server() as server:
+        workdir, process, ports = server.workdir, server.process, dict(server.ports)
+        assert server.running
+    assert process.poll() is not None and not workdir.exists()
+    assert not [p for p in Path("/tmp").glob("seaweedfs-*-grpc-*.sock")
+                if any(p.name.endswith(f"-{port}.sock") for port in ports.values())]
+
+
+def test_a_server_that_cannot_start_reports_its_log(tmp_path):
+    class Broken(objectstore.LocalS3Server):
+        def command(self):
+            return [sys.executable, "-c", "import sys; print('no volume today'); sys.exit(3)"]
+
+    with pytest.raises(objectstore.ObjectStoreError, match="exited with code 3") as failure:
+        Broken(tmp_path / "broken").start()
+    assert "no volume today" in str(failure.value)
