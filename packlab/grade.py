@@ -143,24 +143,41 @@ def repeat_check(path: Path, check_id: str, times: int) -> list[float]:
 
     This is how an intermittent failure (a stall that shows once in several checks) is
     looked for: ``python -m packlab.grade --repeat 20 --check per_worker_zip
-    solutions/03_per_worker_zip.md``. Returns the wall times.
+    solutions/03_per_worker_zip.md``. The CPU time (this process and the processes the
+    check started) tells what a run would take on an idle machine, where two cores run
+    it about twice as fast as one. Returns the wall times.
     """
     candidates = dict(notebook_candidates(path))
     if check_id not in candidates:
         raise SystemExit(f"error: {path} has no graded check({check_id!r}, ...) call")
-    seconds, failures = [], 0
+    seconds, cpu, failures = [], [], 0
     for run in range(1, times + 1):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         result = grading.check(check_id, candidates[check_id], quiet=True, record=False)
         seconds.append(time.perf_counter() - start)
+        cpu.append(_cpu_seconds() - cpu_start)
         failed = [f"{p.name}: {p.message.splitlines()[0][:120]}" for p in result.parts if not p.passed]
         failures += bool(failed)
-        print(f"run {run:2d}/{times}: {seconds[-1]:6.1f} s  {result.score}/{result.max_score}  {'; '.join(failed)}", flush=True)
+        print(
+            f"run {run:2d}/{times}: {seconds[-1]:6.1f} s wall, {cpu[-1]:5.1f} s CPU  "
+            f"{result.score}/{result.max_score}  {'; '.join(failed)}",
+            flush=True,
+        )
     print(
-        f"{check_id} x {times}: min {min(seconds):.1f} s, median {statistics.median(seconds):.1f} s, "
-        f"max {max(seconds):.1f} s; {failures} run(s) with a failed part"
+        f"{check_id} x {times}: wall min {min(seconds):.1f} s, median {statistics.median(seconds):.1f} s, "
+        f"max {max(seconds):.1f} s; CPU median {statistics.median(cpu):.1f} s; {failures} run(s) with a failed part"
     )
     return seconds
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (check children, workers), user and system."""
+    try:
+        import resource
+    except ImportError:  # Windows: this process only
+        return time.process_time()
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def definition_cells(notebook, names) -> list[str]:

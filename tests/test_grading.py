@@ -15,6 +15,7 @@ once here or in tests/test_exercises.py.
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import linecache
@@ -957,50 +958,19 @@ def test_a_dataclass_cell_with_computed_constants_passes_the_spawn_parts():
     assert result.passed, result.report()
 
 
-# A script that calls check() at top level, without `if __name__ == "__main__":`.
-UNGUARDED_SCRIPT = """
-import csv
-import io
-import os
-import zipfile
-
-from torch.utils.data import Dataset
-
-from packlab.grading import check
-from packlab.transforms import standard_transform
-
-
-class ScriptZipDataset(Dataset):
-    def __init__(self, zip_path, keys=None, transform=None, return_key=False):
-        with zipfile.ZipFile(zip_path) as archive:
-            rows = csv.DictReader(io.StringIO(archive.read("labels.csv").decode()))
-            self.labels = {row["key"]: int(row["label"]) for row in rows}
-        self.zip_path, self.handles = str(zip_path), {}
-        self.keys = list(self.labels) if keys is None else list(keys)
-        self.transform, self.return_key = transform or standard_transform, return_key
-
-    def __len__(self):
-        return len(self.keys)
-
-    def __getitem__(self, index):
-        key = self.keys[index]
-        if os.getpid() not in self.handles:
-            self.handles[os.getpid()] = zipfile.ZipFile(self.zip_path)
-        image = self.transform(self.handles[os.getpid()].read(key + ".jpg"))
-        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
-
-    def __getstate__(self):
-        return {**self.__dict__, "handles": {}}
-
-
-result = check("per_worker_zip", ScriptZipDataset, parts=["spawn"], quiet=True, record=False)
-print("SPAWN PART PASSED" if result.passed else result.report())
-"""
+def unguarded_script() -> str:
+    """A script that defines a correct dataset and calls check() at top level, without
+    ``if __name__ == "__main__":`` (the class's source is this module's, copied)."""
+    imports = "import csv\nimport io\nimport os\nimport zipfile\n\nfrom torch.utils.data import Dataset\n\n"
+    imports += "from packlab.grading import check\nfrom packlab.transforms import standard_transform\n\n\n"
+    call = 'result = check("per_worker_zip", PidKeyedZipDataset, parts=["spawn"], quiet=True, record=False)\n'
+    call += 'print("SPAWN PART PASSED" if result.passed else result.report())\n'
+    return imports + inspect.getsource(_labels_from_archive) + "\n\n" + inspect.getsource(PidKeyedZipDataset) + "\n\n" + call
 
 
 def test_a_check_called_from_a_script_without_a_main_guard_passes_its_spawn_part(tmp_path):
     script = tmp_path / "attempt.py"
-    script.write_text(UNGUARDED_SCRIPT)
+    script.write_text(unguarded_script())
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert "SPAWN PART PASSED" in done.stdout, done.stdout + done.stderr
 
