@@ -14,7 +14,7 @@ NBTEST := _build/nbtest
 NOTEBOOK_DIRS := chapters solutions
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup data lab book test bench clean clean-packed distclean exercises grade book-instructor
+.PHONY: help setup data lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor
 
 help:
 	@echo "make lab        set up, generate data, start JupyterLab: chapters and exercises open as notebooks"
@@ -25,6 +25,8 @@ help:
 	@echo "make data       generate the 10k-image dataset (no-op if a verified one exists)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
+	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv"
+	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
 	@echo "make book-instructor  the same book plus the solutions, executed, in _build/instructor"
 	@echo "make clean      remove _build/ and paired .ipynb files"
 	@echo "make clean-packed  remove the zips and tar shards the chapters wrote (data/packed/); keeps the dataset"
@@ -67,6 +69,20 @@ exercises: setup
 grade: data
 	@test -n "$(NB)" || { echo "usage: make grade NB='exercises/01_jpeg_dataset.md [more notebooks]'"; exit 2; }
 	$(PY) -m packlab.grade $(NB)
+
+# Every attendee's exercise notebooks under CLASS/<attendee>/exercises/, each in a fresh
+# kernel, into CLASS/gradebook.csv and a table (see instructor.md, "Grading the whole class").
+gradebook: data
+	@test -n "$(CLASS)" || { echo "usage: make gradebook CLASS=folder-with-one-folder-per-attendee"; exit 2; }
+	$(PY) -m packlab.grade --class $(CLASS)
+
+# One check N times in a row in one process (of NB, by default the solution notebook), with
+# min/median/max wall time: looks for failures that show only now and then. Run it on an
+# otherwise idle machine.
+CHECK ?= per_worker_zip
+N ?= 20
+grade-repeat: data
+	$(PY) -m packlab.grade --repeat $(N) --check $(CHECK) $(NB)
 
 # The instructors' book: the same book plus a part with the solution notebooks, executed.
 INSTRUCTOR := _build/instructor

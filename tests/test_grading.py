@@ -1,37 +1,71 @@
-"""The checks can fail: wrong implementations of each exercise, and what the checks say about them.
+"""The checks are fair both ways: wrong implementations fail, correct alternatives pass.
 
-Each class or function here is a mistake people make when they write these loaders.
-Every one must fail its check, on the part that names the mistake, while the parts it
-gets right still pass. The classes live at module level so that spawn workers can
-import them (this module is on ``sys.path``, which spawn workers inherit).
+Each wrong class or function here is a mistake people make when they write these
+loaders. Every one must fail its check, on the part that names the mistake, while the
+parts it gets right still pass. The correct alternatives are written differently from
+the solutions (other seeding, other buffer, a dataclass, computed constants in a notebook
+cell) and must pass every part. The classes live at module level so that spawn workers
+can import them (this module is on ``sys.path``, which spawn workers inherit).
+
+Wrong implementations whose mistake has nothing to do with pickling skip the slow
+``spawn`` parts (``check(..., parts=[...])``); every check still runs whole at least
+once here or in tests/test_exercises.py.
 """
 
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import linecache
 import os
 import random
+import subprocess
+import sys
 import tarfile
 import time
+import traceback
 import zipfile
+from pathlib import Path
 
+import numpy as np
 import pytest
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packlab import data, paths
 from packlab.grading import check, importable_copy, list_checks, PartFailed, RESULTS_ENV_VAR
+from packlab.grading.core import describe
+from packlab.loaders.tar import iter_shard_samples
 from packlab.transforms import decode_and_resize, standard_transform
+
+ALL_BUT_SPAWN = {
+    "per_worker_zip": ["no_handle_in_init", "pickle_after_use", "pixels", "fork", "fork_after_parent_read", "close"],
+    "tar_dataset": ["one_process", "fork_3_workers", "shuffle_epochs", "shard_order", "reproducible", "seeded",
+                    "bounded_buffer", "truncated_shard"],
+}
 
 
 def failed_parts(result) -> set[str]:
     return {part.name for part in result.parts if not part.passed}
 
 
+def message_of(result, name: str) -> str:
+    (part,) = [p for p in result.parts if p.name == name]
+    return part.message
+
+
 def run(check_id, candidate, **kwargs):
     return check(check_id, candidate, quiet=True, record=False, **kwargs)
+
+
+def exec_as_cell(source: str, label: str) -> dict:
+    """Run ``source`` as one notebook cell would run: in ``__main__``, its text in linecache."""
+    filename = f"<{label}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
 
 
 def _labels_from_archive(archive: zipfile.ZipFile) -> dict[str, int]:
@@ -98,6 +132,57 @@ def test_timing_mistakes_fail_the_timing_check():
     assert failed_parts(run("jpeg_timing", batches_times_size)) == {"images"}
 
 
+class SortingKeysDataset(IndexLabelDataset):
+    """Right labels, but the keys given are sorted: a shuffled or grouped key list loses its order."""
+
+    def __init__(self, keys=None, transform=None, return_key=False):
+        super().__init__(sorted(keys) if keys is not None else None, transform, return_key)
+        self.labels = data.load_labels()
+
+    def __getitem__(self, index):
+        key = self.keys[index]
+        image = self.transform(data.image_path(key).read_bytes())
+        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
+
+
+def test_a_dataset_that_sorts_the_keys_given_fails_items():
+    result = run("jpeg_dataset", SortingKeysDataset)
+    assert failed_parts(result) == {"items"}
+    assert "the keys were sorted" in message_of(result, "items")
+
+
+def last_epoch_rate(loader, epochs=2):
+    """Wrong rate: images/s of the last epoch alone (right only when every epoch takes as long)."""
+    seconds, count = [], 0
+    for _ in range(epochs):
+        count, start = 0, time.perf_counter()
+        for batch in loader:
+            count += len(batch[0])
+        seconds.append(time.perf_counter() - start)
+    return {"epoch_seconds": seconds, "images_per_epoch": count, "images_per_s": count / seconds[-1]}
+
+
+def time_epochs_differently(loader, epochs=2):
+    """A correct harness written differently: time.monotonic, an explicit iterator, totals kept as it goes."""
+    laps, total_images, total_seconds = [], 0, 0.0
+    for _ in range(epochs):
+        began = time.monotonic()
+        iterator = iter(loader)
+        images = sum(batch[0].shape[0] for batch in iterator)
+        lap = time.monotonic() - began
+        laps.append(lap)
+        total_images += images
+        total_seconds += lap
+    return {"epoch_seconds": laps, "images_per_epoch": total_images // epochs, "images_per_s": total_images / total_seconds}
+
+
+def test_a_rate_from_the_last_epoch_alone_fails_and_a_different_correct_harness_passes():
+    result = run("jpeg_timing", last_epoch_rate)
+    assert failed_parts(result) == {"rate"}
+    assert "the rate of a single epoch, not of all 3" in message_of(result, "rate")
+    assert run("jpeg_timing", time_epochs_differently).passed
+
+
 # ------------------------------------------------------------------------- 2. zip packing
 
 
@@ -142,6 +227,33 @@ class LabelsFromFolderZipDataset(Dataset):
 
 def test_labels_from_outside_the_archive_fail_self_contained():
     assert failed_parts(run("zip_dataset", LabelsFromFolderZipDataset)) == {"self_contained"}
+
+
+class RawAsJpegZipDataset(Dataset):
+    """Decodes every member with the JPEG decoder, also the .raw members that hold pixels."""
+
+    def __init__(self, zip_path, members="jpeg", keys=None, return_key=False):
+        with zipfile.ZipFile(zip_path) as archive:
+            self.labels = _labels_from_archive(archive)
+        self.zip_path, self.keys = zip_path, list(self.labels) if keys is None else list(keys)
+        self.suffix, self.return_key = (".jpg" if members == "jpeg" else ".raw"), return_key
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        key = self.keys[index]
+        with zipfile.ZipFile(self.zip_path) as archive:
+            image = standard_transform(archive.read(key + self.suffix), source=key + self.suffix)
+        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
+
+
+def test_decoding_raw_members_as_jpeg_points_at_the_code_not_the_data():
+    result = run("zip_dataset", RawAsJpegZipDataset, parts=["jpeg_epoch", "raw_epoch"])
+    assert failed_parts(result) == {"raw_epoch"}
+    message = message_of(result, "raw_epoch")
+    assert "cannot decode image" in message and "pixels_to_tensor" in message
+    assert "--verify" not in message
 
 
 # --------------------------------------------------------------- 3. the zip handle pitfall
@@ -234,10 +346,89 @@ def write_shards_unshuffled(dst_dir, samples, maxcount=1000, seed=0):
 
 def test_shards_written_without_shuffling_fail():
     result = run("tar_write", write_shards_unshuffled)
-    assert failed_parts(result) == {"shuffled", "seeded"}
+    assert failed_parts(result) == {"shuffled", "seeded", "sample_order"}
+
+
+def _add(tar, name: str, payload: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(payload)
+    tar.addfile(info, io.BytesIO(payload))
+
+
+def write_shards_jpg_first(dst_dir, samples, maxcount=1000, seed=0):
+    """A correct writer written differently: numpy's permutation, each sample's .jpg before its .cls."""
+    dst_dir = Path(dst_dir)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    order = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]
+    paths_written = []
+    for number in range(-(-len(order) // maxcount)):
+        path = dst_dir / f"shard-{number:06d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for s in order[number * maxcount : (number + 1) * maxcount]:
+                _add(tar, f"{s.key}.jpg", data.image_path(s.key).read_bytes())
+                _add(tar, f"{s.key}.cls", f"{s.label}\n".encode())
+        paths_written.append(path)
+    return paths_written
+
+
+def write_shards_sorted_by_key(dst_dir, samples, maxcount=1000, seed=0):
+    """Shuffled and cut right, but each shard re-sorted by key (what tar --sort=name does)."""
+    order = list(samples)
+    random.Random(seed).shuffle(order)
+    dst_dir = Path(dst_dir)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for number, start in enumerate(range(0, len(order), maxcount)):
+        path = dst_dir / f"shard-{number:06d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for s in sorted(order[start : start + maxcount], key=lambda s: s.key):
+                _add(tar, f"{s.key}.cls", str(s.label).encode())
+                _add(tar, f"{s.key}.jpg", data.image_path(s.key).read_bytes())
+        written.append(path)
+    return written
+
+
+def write_shards_shuffling_in_place(dst_dir, samples, maxcount=1000, seed=0):
+    """Right shards, but the caller's list is shuffled in place: the next call starts from another order."""
+    random.Random(seed).shuffle(samples)
+    dst_dir = Path(dst_dir)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for number, start in enumerate(range(0, len(samples), maxcount)):
+        path = dst_dir / f"shard-{number:06d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for s in samples[start : start + maxcount]:
+                _add(tar, f"{s.key}.cls", str(s.label).encode())
+                _add(tar, f"{s.key}.jpg", data.image_path(s.key).read_bytes())
+        written.append(path)
+    return written
+
+
+def test_a_writer_with_each_samples_files_adjacent_in_shuffled_order_passes():
+    result = run("tar_write", write_shards_jpg_first)
+    assert result.passed, result.report()
+
+
+def test_a_writer_that_sorts_each_shard_by_key_fails_sample_order():
+    result = run("tar_write", write_shards_sorted_by_key)
+    assert failed_parts(result) == {"sample_order"}
+    assert "sorted by key" in message_of(result, "sample_order")
+
+
+def test_a_writer_that_shuffles_the_callers_list_in_place_is_told_so():
+    result = run("tar_write", write_shards_shuffling_in_place)
+    assert failed_parts(result) == {"seeded"}
+    assert "reordered the list it was given" in message_of(result, "seeded")
 
 
 def _tar_records(path):
+    """``(key, jpg, label)`` of a shard, through the course's reader (it notices truncated shards)."""
+    for sample in iter_shard_samples(str(path)):
+        yield sample.key, sample.image_bytes, sample.label
+
+
+def _tar_records_silently(path):
+    """The same through tarfile's stream mode, which stops without a word where a shard is cut short."""
     with tarfile.open(path, "r|") as tar:
         parts, key = {}, None
         for member in tar:
@@ -314,12 +505,129 @@ class WholeShardShuffleTarDataset(PerWorkerSeedTarDataset):
 
 
 def test_tar_shuffle_mistakes_fail():
-    quick = dict(part_timeout=60)
+    quick = dict(part_timeout=60, parts=ALL_BUT_SPAWN["tar_dataset"])
     per_worker = run("tar_dataset", PerWorkerSeedTarDataset, **quick)
     assert "shuffle_epochs" in failed_parts(per_worker)
     assert {"one_process", "fork_3_workers"}.isdisjoint(failed_parts(per_worker))
     whole = run("tar_dataset", WholeShardShuffleTarDataset, **quick)
     assert failed_parts(whole) == {"bounded_buffer"}
+
+
+def pick_from_buffer(items, size, rng):
+    """A shuffle buffer written differently: append, and once it holds more than ``size``, pop a random item."""
+    buffer = []
+    for item in items:
+        buffer.append(item)
+        if len(buffer) > size:
+            yield buffer.pop(rng.randrange(len(buffer)))
+    while buffer:
+        yield buffer.pop(rng.randrange(len(buffer)))
+
+
+class AlternativeTarDataset(IterableDataset):
+    """A correct reader written differently from the solution: the course's shard reader, string seeds, another buffer."""
+
+    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False):
+        self.shards, self.shuffle_buffer, self.seed = [str(s) for s in shards], shuffle_buffer, seed
+        self.transform, self.return_key, self.epoch = transform or standard_transform, return_key, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def shard_order(self):
+        shards = list(self.shards)
+        if self.shuffle_buffer:
+            random.Random(f"shards {self.seed} {self.epoch}").shuffle(shards)
+        return shards
+
+    def buffer_rng(self, worker):
+        return random.Random(f"buffer {self.seed} {self.epoch} {worker}")
+
+    def records(self, path):
+        return _tar_records(path)
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        records = (r for path in self.shard_order()[worker::workers] for r in self.records(path))
+        if self.shuffle_buffer:
+            records = pick_from_buffer(records, self.shuffle_buffer, self.buffer_rng(worker))
+        for key, jpg, label in records:
+            image = self.transform(jpg)
+            yield (image, label, key) if self.return_key else (image, label)
+
+
+class PidSeededBufferTarDataset(AlternativeTarDataset):
+    """The buffer's generator is seeded from the process id: each run of workers shuffles differently."""
+
+    def buffer_rng(self, worker):
+        return random.Random(os.getpid())
+
+
+class SeedIgnoringTarDataset(AlternativeTarDataset):
+    """Shuffles by epoch, but ignores ``seed``: every seed gives the same order."""
+
+    def shard_order(self):
+        shards = list(self.shards)
+        if self.shuffle_buffer:
+            random.Random(f"shards {self.epoch}").shuffle(shards)
+        return shards
+
+    def buffer_rng(self, worker):
+        return random.Random(f"buffer {self.epoch} {worker}")
+
+
+class FixedShardOrderTarDataset(AlternativeTarDataset):
+    """Shuffles through the buffer only: the shards are read in the listed order every epoch."""
+
+    def shard_order(self):
+        return list(self.shards)
+
+
+class SilentTruncationTarDataset(AlternativeTarDataset):
+    """Reads with tarfile's stream mode and nothing more: a truncated shard loses samples silently."""
+
+    def records(self, path):
+        return _tar_records_silently(path)
+
+
+class UnnamedTruncationTarDataset(AlternativeTarDataset):
+    """Notices a short shard (the check's shards hold 30 samples), but its error does not say which shard."""
+
+    def records(self, path):
+        count = 0
+        for record in _tar_records_silently(path):
+            count += 1
+            yield record
+        if count not in (0, 30):
+            raise RuntimeError(f"only {count} samples: the archive is truncated")
+
+
+def test_a_correct_reader_written_differently_passes_every_part():
+    result = run("tar_dataset", AlternativeTarDataset)
+    assert result.passed, result.report()
+
+
+@pytest.mark.parametrize(
+    "candidate, part, says",
+    [
+        (PidSeededBufferTarDataset, "reproducible", "new worker processes"),
+        (SeedIgnoringTarDataset, "seeded", "the same order"),
+        (FixedShardOrderTarDataset, "shard_order", "in the order listed in every epoch"),
+    ],
+)
+def test_a_seeding_or_shard_order_mistake_fails_the_part_that_names_it(candidate, part, says):
+    result = run("tar_dataset", candidate, parts=ALL_BUT_SPAWN["tar_dataset"])
+    assert failed_parts(result) == {part}
+    assert says in message_of(result, part)
+
+
+def test_a_reader_that_loses_a_truncated_shard_silently_fails():
+    silent = run("tar_dataset", SilentTruncationTarDataset, parts=ALL_BUT_SPAWN["tar_dataset"])
+    assert failed_parts(silent) == {"truncated_shard"}
+    assert "lost silently" in message_of(silent, "truncated_shard")
+    unnamed = run("tar_dataset", UnnamedTruncationTarDataset, parts=["truncated_shard"])
+    assert "does not name the shard" in message_of(unnamed, "truncated_shard")
 
 
 # ------------------------------------------------------------------- 5. rank x worker split
@@ -368,6 +676,32 @@ def shards_for_silently_idle(shards, rank, world_size, worker_id, num_workers):
 
 def test_split_without_error_for_too_few_shards_fails():
     assert failed_parts(run("shard_split", shards_for_silently_idle)) == {"too_few_shards"}
+
+
+def shards_for(shards, rank, world_size, worker_id, num_workers):
+    """The correct split: by rank first, then by worker."""
+    if len(shards) < world_size * num_workers:
+        raise ValueError(f"{len(shards)} shards for {world_size * num_workers} readers")
+    return list(shards[rank::world_size][worker_id::num_workers])
+
+
+class SwappedArgumentsRankDataset(DroppingRankDataset):
+    """Calls a correct shards_for with rank/world size and worker/workers swapped: every sample once, wrong ranks."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        for path in shards_for(self.shards, worker, workers, self.rank, self.world_size):
+            for key, jpg, label in _tar_records(path):
+                image = self.transform(jpg)
+                yield (image, label, key) if self.return_key else (image, label)
+
+
+def test_rank_dataset_with_swapped_arguments_fails_and_names_the_per_rank_shares():
+    result = run("rank_dataset", SwappedArgumentsRankDataset)
+    assert failed_parts(result) == {"two_ranks", "three_ranks"}
+    message = message_of(result, "three_ranks")
+    assert "expected [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]] (samples [80, 60, 60])" in message
 
 
 # -------------------------------------------------------------- timeouts and runaway loaders
@@ -429,6 +763,53 @@ class StallingZipDataset(SharedZipDataset):
         return super().__getitem__(index)
 
 
+class PidKeyedZipDataset(Dataset):
+    """A correct per-worker zip dataset: a ZipFile per process id, none pickled."""
+
+    def __init__(self, zip_path, keys=None, transform=None, return_key=False):
+        with zipfile.ZipFile(zip_path) as archive:
+            self.labels = _labels_from_archive(archive)
+        self.zip_path, self.handles = str(zip_path), {}
+        self.keys = list(self.labels) if keys is None else list(keys)
+        self.transform, self.return_key = transform or standard_transform, return_key
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        key = self.keys[index]
+        if os.getpid() not in self.handles:
+            self.handles[os.getpid()] = zipfile.ZipFile(self.zip_path)
+        image = self.transform(self.handles[os.getpid()].read(f"{key}.jpg"))
+        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
+
+    def __getstate__(self):
+        return {**self.__dict__, "handles": {}}
+
+    def close(self):
+        handle = self.handles.pop(os.getpid(), None)
+        if handle is not None:
+            handle.close()
+
+
+class SlowStartingZipDataset(PidKeyedZipDataset):
+    """Correct, but each copy takes seconds to unpickle: spawn workers start slowly, as on a busy machine."""
+
+    def __setstate__(self, state):
+        time.sleep(4)
+        self.__dict__.update(state)
+
+
+def test_the_start_up_of_spawn_workers_is_not_counted_against_the_batch_timeout():
+    result = run("per_worker_zip", SlowStartingZipDataset, parts=["spawn"], loader_timeout=2)
+    assert result.passed, result.report()
+
+
+def test_spawn_workers_that_do_not_start_in_time_are_reported_as_such():
+    result = run("per_worker_zip", SlowStartingZipDataset, parts=["spawn"], loader_timeout=2, startup_timeout=1)
+    assert "spawn workers did not start within 1 s" in message_of(result, "spawn")
+
+
 # ------------------------------------------------------------- notebook classes under spawn
 
 
@@ -464,6 +845,134 @@ def test_notebook_class_using_another_cells_name_gets_advice(tmp_path):
 
 def test_module_level_classes_are_used_as_they_are(tmp_path):
     assert importable_copy(SharedZipDataset, tmp_path) is SharedZipDataset
+
+
+def test_a_computed_constant_the_class_reads_is_kept_and_unrelated_work_is_not(tmp_path):
+    cell = (
+        "_STRIDE = 2 ** 16\n"
+        "_UNUSED = print('side effect')\n"
+        "result = len('not read by the class')\n"
+        "class Strided:\n"
+        "    def step(self):\n"
+        "        result = 1  # a local of the same name as a top-level assignment\n"
+        "        return _STRIDE * result\n"
+    )
+    copy = importable_copy(exec_as_cell(cell, "computed constant")["Strided"], tmp_path)
+    assert copy().step() == 65536
+    source = (tmp_path / f"{copy.__module__}.py").read_text()
+    assert "_STRIDE = 2 ** 16" in source and "print" not in source and "not read by the class" not in source
+
+
+def test_a_dataclass_defined_in_a_cell_is_rebuilt(tmp_path):
+    cell = (
+        "from dataclasses import dataclass, field\n"
+        "\n"
+        "@dataclass\n"
+        "class Reader:\n"
+        "    path: str\n"
+        "    handles: dict = field(default_factory=dict)\n"
+        "\n"
+        "    def name(self):\n"
+        "        return self.path.upper()\n"
+    )
+    copy = importable_copy(exec_as_cell(cell, "dataclass cell")["Reader"], tmp_path)
+    assert copy("a.zip").name() == "A.ZIP" and repr(copy("x")) == "Reader(path='x', handles={})"
+
+
+def test_errors_in_a_rebuilt_cell_name_the_cells_own_line(tmp_path):
+    cell = (
+        "import os\n"
+        "print('work the module must not redo')\n"
+        "\n"
+        "class Failing:\n"
+        "    # fails on line 7 of its cell\n"
+        "    def read(self):\n"
+        "        raise ValueError(os.sep + ' cannot be read')\n"
+    )
+    copy = importable_copy(exec_as_cell(cell, "failing cell")["Failing"], tmp_path)
+    with pytest.raises(ValueError) as raised:
+        copy().read()
+    (frame,) = [f for f in traceback.extract_tb(raised.value.__traceback__) if f.name == "read"]
+    assert frame.lineno == 7 and frame.line == "raise ValueError(os.sep + ' cannot be read')"
+    assert "(in read, line 7 of your code)" in describe(raised.value)
+
+
+# A notebook cell as an attendee might write it: a dataclass, and a constant computed from others.
+DATACLASS_CELL = """
+import csv
+import io
+import os
+import zipfile
+from dataclasses import dataclass, field
+
+from torch.utils.data import Dataset
+
+from packlab.transforms import standard_transform
+
+_KEY_WIDTH = len("000000")
+_MEMBER = "{key:0" + str(_KEY_WIDTH) + "d}.jpg"
+
+
+@dataclass
+class CellZipDataset(Dataset):
+    zip_path: str
+    keys: list | None = None
+    transform: object = None
+    return_key: bool = False
+    handles: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        with zipfile.ZipFile(self.zip_path) as archive:
+            text = archive.read("labels.csv").decode()
+        self.labels = {row["key"]: int(row["label"]) for row in csv.DictReader(io.StringIO(text))}
+        self.keys = list(self.labels) if self.keys is None else list(self.keys)
+        self.transform = self.transform or standard_transform
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, index):
+        key = self.keys[index]
+        archive = self.handles.get(os.getpid())
+        if archive is None:
+            archive = self.handles[os.getpid()] = zipfile.ZipFile(self.zip_path)
+        image = self.transform(archive.read(_MEMBER.format(key=int(key))))
+        return (image, self.labels[key], key) if self.return_key else (image, self.labels[key])
+
+    def __getstate__(self):
+        return {**self.__dict__, "handles": {}}
+
+    def close(self):
+        handle = self.handles.pop(os.getpid(), None)
+        if handle is not None:
+            handle.close()
+
+
+result = None  # an assignment the class does not read: not rebuilt
+"""
+
+
+def test_a_dataclass_cell_with_computed_constants_passes_the_spawn_parts():
+    candidate = exec_as_cell(DATACLASS_CELL, "dataclass zip cell")["CellZipDataset"]
+    result = run("per_worker_zip", candidate)
+    assert result.passed, result.report()
+
+
+def unguarded_script() -> str:
+    """A script that defines a correct dataset and calls check() at top level, without
+    ``if __name__ == "__main__":`` (the class's source is this module's, copied)."""
+    imports = "import csv\nimport io\nimport os\nimport zipfile\n\nfrom torch.utils.data import Dataset\n\n"
+    imports += "from packlab.grading import check\nfrom packlab.transforms import standard_transform\n\n\n"
+    call = 'result = check("per_worker_zip", PidKeyedZipDataset, parts=["spawn"], quiet=True, record=False)\n'
+    call += 'print("SPAWN PART PASSED" if result.passed else result.report())\n'
+    return imports + inspect.getsource(_labels_from_archive) + "\n\n" + inspect.getsource(PidKeyedZipDataset) + "\n\n" + call
+
+
+def test_a_check_called_from_a_script_without_a_main_guard_passes_its_spawn_part(tmp_path):
+    script = tmp_path / "attempt.py"
+    script.write_text(unguarded_script())
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert "SPAWN PART PASSED" in done.stdout, done.stdout + done.stderr
 
 
 # ------------------------------------------------------------------------- the result API

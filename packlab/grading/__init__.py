@@ -31,10 +31,14 @@ A dataset that hangs must not hang the notebook. Every check therefore runs its 
 in a child process (forked from the kernel, in a process group of its own) and waits for
 each part with a deadline. A part that overruns it is reported as failed, the child and
 every process it started (DataLoader workers included) are killed, and the remaining
-parts run in a fresh child. On top of that every DataLoader a check creates has a
-``timeout``, and an epoch that delivers far more samples than exist is cut short. The
-limits are the ``timeout`` (whole check), ``part_timeout`` and ``loader_timeout`` keyword
-arguments of :func:`check`.
+parts run in a fresh child; if the kernel itself is killed, the child goes too. On top
+of that every DataLoader a check creates has a ``timeout`` for each batch, and an epoch
+that delivers far more samples than exist is cut short. ``spawn`` workers get a limit of
+their own for starting up: each is a new Python process that imports torch before it
+reads anything, which takes seconds on an idle machine and can take minutes on a busy
+one, so their start-up is not counted against the wait for a batch. The limits are the
+``timeout`` (whole check), ``part_timeout``, ``startup_timeout`` and ``loader_timeout``
+keyword arguments of :func:`check`; ``parts=[...]`` runs only the parts named.
 
 How a class defined in a notebook is tested under ``spawn``
 -----------------------------------------------------------
@@ -44,14 +48,22 @@ notebook lives in the kernel's ``__main__``, which a worker cannot import, so it
 fail for a reason that has nothing to do with the attendee's code. The check solves this
 the way one would in a project: it puts the class into a module. IPython keeps the
 source of every executed cell (in :mod:`linecache`, under the file name recorded in the
-code objects of the class's methods); the check takes the cell that defined the class,
-keeps its imports, function and class definitions and literal constants, writes them to
-a temporary module on ``sys.path`` (which spawn workers inherit) and imports the class
-from there. The workers then run exactly the code the attendee wrote: a handle that
-cannot be pickled still fails to pickle, and a handle that is not reopened in the worker
-is still missing. This is why an exercise class must sit in **one cell together with the
-imports it needs**; when it uses a name defined in another cell, the spawn part says so.
-Classes defined in a real module (tests, your own package) are used as they are.
+code objects of the class's methods, generated ones such as a dataclass's ``__init__``
+aside); the check takes the cell that defined the class, keeps its imports, function and
+class definitions, literal constants and the assignments those definitions read
+(``_STRIDE = 2 ** 16``), writes them to a temporary module on ``sys.path`` (which spawn
+workers inherit) and imports the class from there. The kept lines stay on their line
+numbers, so an error in a worker names the line of the cell. Everything else (a
+``check(...)`` call, a loop) is left out: a worker must not redo the cell's work. The
+workers then run exactly the code the attendee wrote: a handle that cannot be pickled
+still fails to pickle, and a handle that is not reopened in the worker is still missing.
+This is why an exercise class must sit in **one cell together with the imports it
+needs**; when it uses a name defined in another cell, the spawn part says so. Classes
+defined in a real module (tests, your own package) are used as they are, and a class
+defined in a script is rebuilt from the script's source like a cell. (Spawn workers
+would also run a script that calls :func:`check` again, to rebuild its ``__main__``; the
+check's child forgets ``__main__``'s file, so no ``if __name__ == "__main__":`` guard is
+needed.)
 
 How sharing a parent's handle is caught every time
 --------------------------------------------------

@@ -28,18 +28,20 @@ import traceback
 import types
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
 RESULTS_ENV_VAR = "PACKLAB_GRADE_RESULTS"
-#: Default time limits in seconds: the whole check, one part, one DataLoader batch.
-#: Generous, because four spawn workers each import torch: on a busy two-core machine the
-#: first batch can take tens of seconds. A hanging part is reported after PART_TIMEOUT.
+#: Default time limits in seconds: the whole check; one part; the start-up of spawn
+#: workers (each is a fresh Python that imports torch, which on a busy two-core machine
+#: can take a minute); and one DataLoader batch once the workers are up. A hanging part
+#: is reported after PART_TIMEOUT, which leaves room for a slow start-up and the reading.
 CHECK_TIMEOUT = 600.0
-PART_TIMEOUT = 120.0
+PART_TIMEOUT = 180.0
+STARTUP_TIMEOUT = 120.0
 LOADER_TIMEOUT = 60.0
 
 
@@ -137,12 +139,32 @@ def describe(exc: BaseException) -> str:
     if "Original Traceback" in text:
         lines = [line for line in text.splitlines() if line.strip()]
         where = _candidate_frame(text)
-        return f"in a DataLoader worker: {lines[-1].strip()}{where}"
+        return f"in a DataLoader worker: {_about_decoding(lines[-1].strip())}{where}"
     formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if len(message) > 400:
         message = message[:400] + " ..."
-    return message + _candidate_frame(formatted)
+    return _about_decoding(message) + _candidate_frame(formatted)
+
+
+#: What packlab.transforms says about a file that does not decode: advice for damaged data.
+_DAMAGED_DATA_ADVICE = re.compile(r"\s*Check or regenerate the file.*$", re.S)
+
+
+def _about_decoding(message: str) -> str:
+    """Point a decoding error at the candidate's code, not at the data.
+
+    :mod:`packlab.transforms` suggests verifying the dataset when bytes do not decode. The
+    checks read only verified originals and archives written by :mod:`packlab.pack`, so
+    here the bytes that failed came from the candidate's code: another member, a cut-off
+    read, raw pixels given to the JPEG decoder.
+    """
+    if "cannot decode image" not in message:
+        return message
+    return _DAMAGED_DATA_ADVICE.sub("", message) + (
+        " The check's files are intact, so your code gave the decoder bytes that are not a JPEG: "
+        "is it the right member (.raw members hold pixels: pixels_to_tensor, not standard_transform), read in full?"
+    )
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -181,6 +203,7 @@ class Context:
     fixtures: dict
     loader_timeout: float
     workdir: Path
+    startup_timeout: float = STARTUP_TIMEOUT
     memo: dict = field(default_factory=dict)
 
     @property
@@ -238,35 +261,126 @@ def _nested(code: types.CodeType):
             yield from _nested(const)
 
 
-def definitions_only(source: str, filename: str) -> str:
-    """Keep a cell's imports, function and class definitions and literal constants.
-
-    Everything else (calls, loops, a ``check(...)``) is dropped, because a spawn worker
-    imports this module and must not rerun the cell's work.
-    """
+def _parse_cell(source: str, filename: str) -> tuple[ast.Module, list[str]]:
+    """A cell's syntax tree and the lines it was parsed from (IPython's %magics made into Python)."""
     try:
-        tree = ast.parse(source, filename)
+        return ast.parse(source, filename), source.splitlines()
     except SyntaxError:
-        from IPython.core.inputtransformer2 import TransformerManager  # cells may hold %magics
+        from IPython.core.inputtransformer2 import TransformerManager
 
-        tree = ast.parse(TransformerManager().transform_cell(source), filename)
-    kept = []
+        python = TransformerManager().transform_cell(source)
+        return ast.parse(python, filename), python.splitlines()
+
+
+def _defines(source: str, name: str) -> bool:
+    """Whether a cell defines ``name`` at its top level (class or function)."""
+    try:
+        tree, _ = _parse_cell(source, "<cell>")
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
+
+
+def _defining_cell(candidate) -> str | None:
+    """The name under which :mod:`linecache` holds the source of the cell that defines ``candidate``.
+
+    The code objects of its methods say where they were compiled. Methods that a decorator
+    generates (a dataclass's ``__init__`` and ``__repr__``) say ``<string>`` and have no
+    source: they are ignored. A class whose methods are all generated or inherited is
+    looked up among the cells IPython registered, the most recent first.
+    """
+    name = candidate.__name__
+    files = [f for f in dict.fromkeys(code.co_filename for code in _code_objects(candidate)) if linecache.getlines(f)]
+    defining = [f for f in files if _defines("".join(linecache.getlines(f)), name)]
+    if defining:
+        return defining[-1]
+    if files:
+        return files[0]
+    for filename, entry in reversed(list(linecache.cache.items())):
+        if len(entry) == 4 and entry[1] is None and _defines("".join(entry[2]), name):
+            return filename
+    return None
+
+
+def _global_reads(node: ast.AST, filename: str) -> set[str]:
+    """Names that a top-level statement reads from the module's namespace when it runs or is called.
+
+    Read from the compiled code, so a function's local variables (``LOAD_FAST``) are not
+    counted; names a class body both assigns and reads are its own.
+    """
+    code = compile(ast.Module(body=[node], type_ignores=[]), filename, "exec")
+    names: set[str] = set()
+    for inner in _nested(code):
+        loads, stores = set(), set()
+        for instruction in dis.get_instructions(inner):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                loads.add(instruction.argval)
+            elif instruction.opname == "STORE_NAME" and inner is not code:
+                stores.add(instruction.argval)
+        names |= loads - stores
+    return names
+
+
+def _targets(node: ast.AST) -> set[str]:
+    """The names a top-level assignment binds."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
+
+
+def definitions_only(source: str, filename: str) -> str:
+    """A cell reduced to what a module defining its classes and functions needs.
+
+    Kept: imports, function and class definitions, literal constants, and the
+    assignments whose names those definitions read (``_STRIDE = 2 ** 16``), with the
+    assignments those read in turn. Everything else (calls, loops, a ``check(...)``) is
+    dropped, because a spawn worker imports this module and must not rerun the cell's
+    work. Kept lines stay on their line numbers and dropped ones become blank, so a
+    traceback from a worker points at the line of the cell the attendee wrote.
+    """
+    tree, lines = _parse_cell(source, filename)
+    definitions = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    assignments = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+    kept = [n for n in tree.body if isinstance(n, definitions) or (n in assignments and _is_literal(n.value))]
+    needed = set().union(*(_global_reads(n, filename) for n in kept))
+    grew = True
+    while grew:
+        grew = False
+        for node in assignments:
+            if node not in kept and _targets(node) & needed:
+                kept.append(node)
+                needed |= _global_reads(node, filename)
+                grew = True
+    out = [""] * len(lines)
+    used: dict[int, ast.AST] = {}  # line number -> a dropped statement on it
     for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            kept.append(node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            try:
-                ast.literal_eval(node.value)
-            except ValueError:
-                continue
-            kept.append(node)
-    return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"
+        if node not in kept:
+            for number in range(node.lineno, node.end_lineno + 1):
+                used[number] = node
+    for node in kept:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        span = range(first, node.end_lineno + 1)
+        if any(number in used for number in span):  # shares a line with a dropped statement (a; b)
+            out[first - 1] = ast.unparse(node).replace("\n", "; ") if first == node.end_lineno else ast.unparse(node)
+            continue
+        for number in span:
+            out[number - 1] = lines[number - 1]
+    return "\n".join(out) + "\n"
 
 
 def _unresolved_globals(obj, module: types.ModuleType) -> list[str]:
-    """Global names the code of ``obj`` reads that ``module`` neither defines nor imports."""
+    """Global names the code of ``obj`` (from ``module``'s file) reads that ``module`` does not define."""
     loaded, stored = set(), set()
     for code in _code_objects(obj):
+        if code.co_filename != module.__file__:
+            continue  # generated by a decorator (a dataclass's __init__): not the attendee's code
         for inner in _nested(code):
             for instruction in dis.get_instructions(inner):
                 if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
@@ -282,8 +396,8 @@ def importable_copy(candidate, folder: Path):
 
     Objects defined in an importable module are returned unchanged. Objects defined in a
     notebook (or any ``__main__``) are rebuilt from the source of their defining cell in
-    a module written to ``folder``, which is put on ``sys.path``; see the docstring of :mod:`packlab.grading`.
-    Raises :class:`PartFailed` with advice when that is not possible.
+    a module written to ``folder``, which is put on ``sys.path``; see the docstring of
+    :mod:`packlab.grading`. Raises :class:`PartFailed` with advice when that is not possible.
     """
     name = getattr(candidate, "__name__", None)
     module_name = getattr(candidate, "__module__", None)
@@ -295,15 +409,13 @@ def importable_copy(candidate, folder: Path):
                 found = getattr(found, attribute)
             if found is candidate:
                 return candidate
-    codes = _code_objects(candidate)
-    files = {code.co_filename for code in codes}
-    lines = linecache.getlines(next(iter(files))) if len(files) == 1 else []
-    if not lines:
+    cell = _defining_cell(candidate)
+    if cell is None:
         raise PartFailed(
             f"cannot find the source of {name}, so spawn workers cannot import it. "
             "Define it in one notebook cell (not with exec), or in a .py module."
         )
-    source = definitions_only("".join(lines), next(iter(files)))
+    source = definitions_only("".join(linecache.getlines(cell)), cell)
     module_name = "_packlab_candidate_" + hashlib.sha1(source.encode()).hexdigest()[:12]
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{module_name}.py"
@@ -331,7 +443,6 @@ def importable_copy(candidate, folder: Path):
             "import only the cell that defines the class: put those imports and definitions in that cell."
         )
     return copy
-
 
 
 # ------------------------------------------------------------------------- the registry
@@ -392,16 +503,50 @@ def list_checks() -> list[CheckInfo]:
     return [CheckInfo(e.id, e.notebook, e.description, e.signature, tuple(p.name for p in e.parts)) for e in _exercises()]
 
 
-def _child_main(conn, exercise_id: str, candidate, fixtures: dict, limits: dict, first: int, workdir: str) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Stop this child, and every process in its group, when ``parent`` (the caller of check) is gone.
+
+    The watchdog child sits in a process group of its own, so a notebook grader that
+    kills a stuck kernel with the kernel's group would otherwise leave the child and the
+    part it was running (DataLoader workers included) behind. Linux only: the kernel
+    sends SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``), and the handler
+    kills the group. Processes forked later (DataLoader workers) inherit the handler; in
+    them it does what SIGTERM does by default.
+    """
+    me = os.getpid()
+
+    def on_term(signum, frame):
+        if os.getpid() == me:
+            os.killpg(0, signal.SIGKILL)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        signal.signal(signal.SIGTERM, on_term)
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.killpg(0, signal.SIGKILL)
+
+
+def _child_main(conn, exercise: Exercise, candidate, fixtures: dict, limits: dict, first: int, workdir: str, parent: int) -> None:
     """Body of the watchdog child: run parts ``first``, ``first + 1``, ... and report each one."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # own process group, so the parent can kill us and our DataLoader workers at once
+    if sys.platform == "linux":
+        _die_with_parent(parent)
+    # A spawn worker runs the caller's script again to rebuild __main__ (multiprocessing does
+    # that when __main__ has a file): a check called from a script without an
+    # `if __name__ == "__main__":` guard would then start over in every worker, and every
+    # spawn part time out. The checks need nothing from __main__ (notebook classes are
+    # rebuilt in a module of their own), so this child forgets where __main__ came from.
+    vars(sys.modules["__main__"]).pop("__file__", None)
     # One intra-op thread, as in DataLoader workers: on busy cores a thread pool costs more than it gives.
     torch.set_num_threads(1)
     # The checks start 4 workers on purpose, also on machines with fewer cores.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    exercise = _EXERCISES[exercise_id]
-    ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir))
+    ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir), limits["startup_timeout"])
     for index in range(first, len(exercise.parts)):
         part = exercise.parts[index]
         conn.send(("start", index))
@@ -448,7 +593,7 @@ def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -
             receiver, sender = fork.Pipe(duplex=False)
             proc = fork.Process(
                 target=_child_main,
-                args=(sender, exercise.id, candidate, fixtures, limits, next_part, workdir),
+                args=(sender, exercise, candidate, fixtures, limits, next_part, workdir, os.getpid()),
                 daemon=False,
             )
             proc.start()
@@ -495,7 +640,7 @@ def _run_in_process(exercise: Exercise, candidate, fixtures: dict, limits: dict)
     """Fallback where fork does not exist (Windows): run the parts here, DataLoader timeouts only."""
     results = []
     with tempfile.TemporaryDirectory(prefix="packlab-check-") as workdir:
-        ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir))
+        ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir), limits["startup_timeout"])
         for part in exercise.parts:
             start = time.perf_counter()
             try:
@@ -527,7 +672,10 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
 
     * ``timeout`` — seconds for the whole check (default :data:`CHECK_TIMEOUT`);
     * ``part_timeout`` — seconds for one part (default :data:`PART_TIMEOUT`);
+    * ``startup_timeout`` — seconds for spawn workers to start (default :data:`STARTUP_TIMEOUT`);
     * ``loader_timeout`` — the ``timeout`` of every DataLoader the check creates (default :data:`LOADER_TIMEOUT`);
+    * ``parts=["name", ...]`` — run only these parts (to work on one at a time); such a
+      partial check is not recorded for the notebook grader;
     * ``quiet=True`` — do not print the report;
     * ``record=False`` — do not record the result for the notebook grader (for demonstrations).
 
@@ -536,7 +684,7 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
     """
     if exercise_id not in _EXERCISES:
         raise ValueError(f"no check called {exercise_id!r}; the checks are: {', '.join(e.id for e in _exercises())}")
-    unknown = set(kwargs) - {"timeout", "part_timeout", "loader_timeout", "quiet", "record"}
+    unknown = set(kwargs) - {"timeout", "part_timeout", "startup_timeout", "loader_timeout", "parts", "quiet", "record"}
     if unknown:
         raise TypeError(f"check() got unexpected keyword arguments {sorted(unknown)}")
     exercise = _EXERCISES[exercise_id]
@@ -545,9 +693,17 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
             f"check({exercise_id!r}, ...) needs the class or function itself, not an instance of {type(candidate).__name__}; "
             f"the check calls it as {exercise.signature[: exercise.signature.index(')') + 1]}"
         )
+    selected = kwargs.get("parts")
+    if selected is not None:
+        names = [part.name for part in exercise.parts]
+        wrong = [name for name in selected if name not in names]
+        if wrong:
+            raise ValueError(f"check {exercise_id!r} has no part {', '.join(map(repr, wrong))}; its parts are: {', '.join(names)}")
+        exercise = replace(exercise, parts=tuple(part for part in exercise.parts if part.name in selected))
     limits = {
         "timeout": float(kwargs.get("timeout", CHECK_TIMEOUT)),
         "part_timeout": float(kwargs.get("part_timeout", PART_TIMEOUT)),
+        "startup_timeout": float(kwargs.get("startup_timeout", STARTUP_TIMEOUT)),
         "loader_timeout": float(kwargs.get("loader_timeout", LOADER_TIMEOUT)),
     }
     start = time.perf_counter()
@@ -561,7 +717,7 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
         parts = _run_in_process(exercise, candidate, fixtures, limits)
     name = getattr(candidate, "__name__", type(candidate).__name__)
     result = CheckResult(exercise_id, name, parts, time.perf_counter() - start)
-    if kwargs.get("record", True):
+    if kwargs.get("record", True) and selected is None:
         _record(result, exercise.notebook)
     if not kwargs.get("quiet", False):
         print(result.report())

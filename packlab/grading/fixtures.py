@@ -9,14 +9,17 @@ check pays for them once per dataset.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
 import pickle
 import tarfile
+import time
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +80,15 @@ def fixture_shards(name: str, samples: Sequence[data.Sample], maxcount: int) -> 
             pack.write_tar_shards(folder, samples=samples, maxcount=maxcount, seed=0, progress=False)
             done.touch()
     return sorted(folder.glob("shard-*.tar"))
+
+
+def shard_of_key(shards: Sequence[Path]) -> dict[str, int]:
+    """Which shard (by its position in ``shards``) holds each sample key."""
+    out = {}
+    for index, path in enumerate(shards):
+        with tarfile.open(path) as tar:
+            out.update({Path(name).stem: index for name in tar.getnames()})
+    return out
 
 
 def reference_pixels(keys: Sequence[str]) -> dict[str, str]:
@@ -165,12 +177,67 @@ def open_handle_attributes(obj) -> list[str]:
 # ------------------------------------------------------------------- epochs and audits
 
 
+@dataclass(frozen=True)
+class WorkerStartup:
+    """Where spawn workers announce that they are up, how many, and how long they may take."""
+
+    folder: Path
+    workers: int
+    limit: float
+
+
 def make_loader(ctx: Context, dataset, workers: int = 0, method: str | None = None, **kwargs) -> DataLoader:
-    """A DataLoader as the checks use it: explicit start method and a timeout whenever workers run."""
+    """A DataLoader as the checks use it: explicit start method and a timeout whenever workers run.
+
+    The DataLoader's ``timeout`` limits the wait for each batch, the first one included. A
+    ``spawn`` (or ``forkserver``) worker must first start a Python interpreter, import
+    torch and unpickle the dataset, which on a busy machine can take longer than any
+    sensible limit for a batch. So such workers announce when they are up (see
+    :func:`collect_epoch`), and their start-up is limited separately by
+    ``ctx.startup_timeout``.
+    """
     kwargs.setdefault("batch_size", 16)
-    if workers:
-        kwargs.update(num_workers=workers, multiprocessing_context=method or "fork", timeout=ctx.loader_timeout)
-    return DataLoader(dataset, **kwargs)
+    if not workers:
+        return DataLoader(dataset, **kwargs)
+    method = method or "fork"
+    kwargs.update(num_workers=workers, multiprocessing_context=method, timeout=ctx.loader_timeout)
+    if method == "fork":
+        return DataLoader(dataset, **kwargs)
+    ready = ctx.scratch("workers-up")
+    kwargs["worker_init_fn"] = functools.partial(announce_ready, str(ready), kwargs.get("worker_init_fn"))
+    loader = DataLoader(dataset, **kwargs)
+    loader.packlab_startup = WorkerStartup(ready, workers, ctx.startup_timeout)
+    return loader
+
+
+def announce_ready(folder: str, init, worker_id: int) -> None:
+    """``worker_init_fn`` of spawn workers: run the check's own ``init``, then say this worker is up."""
+    if init is not None:
+        init(worker_id)
+    Path(folder, f"worker-{worker_id}").touch()
+
+
+def wait_for_workers(loader, iterator) -> None:
+    """Wait until the spawn workers of ``iterator`` are up (see :func:`make_loader`).
+
+    Returns at once for other loaders, and when a worker has died: asking the iterator
+    for a batch then reports the worker's error.
+    """
+    startup = getattr(loader, "packlab_startup", None)
+    if startup is None:
+        return
+    start = time.monotonic()
+    while sum(1 for _ in startup.folder.iterdir()) < startup.workers:
+        if any(not worker.is_alive() for worker in getattr(iterator, "_workers", [])):
+            return
+        if time.monotonic() - start > startup.limit:
+            raise PartFailed(
+                f"the {startup.workers} spawn workers did not start within {startup.limit:.0f} s. Each is a new Python "
+                "process that imports torch and the module of your class: a few seconds on an idle machine, minutes on "
+                "a very busy one. Run the check again when the machine is quieter, or allow more time with "
+                "check(..., startup_timeout=300)."
+            )
+        time.sleep(0.05)
 
 
 def collect_epoch(loader, expected: int, digest: str) -> list[tuple[str, int, str]]:
@@ -184,6 +251,7 @@ def collect_epoch(loader, expected: int, digest: str) -> list[tuple[str, int, st
     iterator = None
     try:
         iterator = iter(loader)
+        wait_for_workers(loader, iterator)
         for batch in iterator:
             if not (isinstance(batch, (tuple, list)) and len(batch) == 3):
                 raise PartFailed(
@@ -300,6 +368,6 @@ def check_item(item, with_key: bool, key: str | None = None) -> None:
     is_int = is_int or (isinstance(label, torch.Tensor) and label.dim() == 0 and not label.is_floating_point())
     if not is_int:
         raise PartFailed(f"the label must be an int; got {type(label).__name__} {label!r}")
-    if with_key and item[2] != key:
+    if with_key and key is not None and item[2] != key:
         raise PartFailed(f"expected key {key!r} for this index, got {item[2]!r}")
 

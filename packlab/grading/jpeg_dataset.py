@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -24,8 +25,24 @@ from packlab.grading.fixtures import (
 
 
 def _jpeg_fixtures() -> dict:
+    # In a random order, not sorted: the dataset must keep the keys in the order given.
     samples = subset(240, seed=1)
+    random.Random(1).shuffle(samples)
     return {"samples": samples, "pixels": reference_pixels([s.key for s in samples[:96]])}
+
+
+def _keys_in_order(got: dict[int, str], keys: list[str]) -> None:
+    """Fail unless item ``i`` holds ``keys[i]`` for each index in ``got``, saying when the keys were sorted."""
+    wrong = [i for i, key in got.items() if key != keys[i]]
+    if not wrong:
+        return
+    index = wrong[0]
+    ordered = sorted(keys)
+    sorted_note = " (the keys were sorted)" if all(key == ordered[i] for i, key in got.items()) else ""
+    raise PartFailed(
+        f"dataset[{index}] holds key {got[index]!r}, but the key given at position {index} is {keys[index]!r}{sorted_note}. "
+        "Keep the keys in the order given: a caller that passes a shuffled or grouped list relies on it"
+    )
 
 
 def _jpeg_length(ctx: Context) -> str:
@@ -44,9 +61,12 @@ def _jpeg_length(ctx: Context) -> str:
 
 def _jpeg_items(ctx: Context) -> str:
     samples = ctx.fixtures["samples"]
-    ds = ctx.call(keys=[s.key for s in samples], return_key=True)
-    for index in (0, 1, len(samples) - 1):
-        check_item(attempt(ds.__getitem__, f"dataset[{index}]", index), True, samples[index].key)
+    keys = [s.key for s in samples]
+    ds = ctx.call(keys=keys, return_key=True)
+    items = {index: attempt(ds.__getitem__, f"dataset[{index}]", index) for index in (0, 1, len(samples) - 1)}
+    for item in items.values():
+        check_item(item, True)
+    _keys_in_order({index: item[2] for index, item in items.items()}, keys)
     plain = ctx.call(keys=[s.key for s in samples[:2]])
     check_item(attempt(plain.__getitem__, "dataset[0]", 0), False)
     return "items are (float32 3x256x256 image, int label[, key])"
@@ -87,8 +107,9 @@ register(
     [
         ("length", "len() counts the keys given; keys=None means every key, in labels.csv order",
          "keep the list of keys in __init__ (all keys of labels.csv when keys is None) and return its length", _jpeg_length),
-        ("items", "an item is (float32 3x256x256 image, int label), plus the key with return_key=True",
-         "read the file's bytes, return (self.transform(data), label) and add the key when return_key is true", _jpeg_items),
+        ("items", "item i is (float32 3x256x256 image, int label) of the i-th key given, plus the key with return_key=True",
+         "keep the keys in the order given (never sort them); read the file's bytes, return (self.transform(data), label) "
+         "and add the key when return_key is true", _jpeg_items),
         ("labels_pixels", "labels and pixels match the manifest (96 samples, no workers)",
          "look the label up by key in labels.csv, not by index; pass the raw file bytes to standard_transform", _jpeg_labels_pixels),
         ("workers", "2 workers, shuffled: every sample exactly once, bytes match the manifest's SHA-256",
@@ -103,12 +124,16 @@ register(
 
 
 class _FakeLoader:
-    """A loader with known timings: a start-up pause, then batches of known sizes at a known pace."""
+    """A loader with known timings: a start-up pause, then batches of known sizes at a known pace.
+
+    The first epoch's start-up is longer, as when worker processes start; so the epochs
+    differ, and a rate taken from one epoch differs from the rate over all of them.
+    """
 
     batch_size = 32  # tempting, but the last batch is smaller
 
-    def __init__(self, batch_sizes=(32, 32, 32, 4), startup=0.15, per_batch=0.01):
-        self.batch_sizes, self.startup, self.per_batch = batch_sizes, startup, per_batch
+    def __init__(self, batch_sizes=(32, 32, 32, 4), startups=(0.25, 0.05), per_batch=0.01):
+        self.batch_sizes, self.startups, self.per_batch = batch_sizes, startups, per_batch
         self.passes = 0
 
     def __len__(self):
@@ -116,17 +141,19 @@ class _FakeLoader:
 
     def __iter__(self):
         self.passes += 1
-        return self._epoch()
+        return self._epoch(self.startup(self.passes - 1))
 
-    def _epoch(self):
-        time.sleep(self.startup)
+    def _epoch(self, startup: float):
+        time.sleep(startup)
         for n in self.batch_sizes:
             time.sleep(self.per_batch)
             yield torch.zeros(n, 1), torch.zeros(n, dtype=torch.long)
 
-    @property
-    def minimum_epoch_seconds(self) -> float:
-        return self.startup + self.per_batch * len(self.batch_sizes)
+    def startup(self, epoch: int) -> float:
+        return self.startups[min(epoch, len(self.startups) - 1)]
+
+    def minimum_epoch_seconds(self, epoch: int) -> float:
+        return self.startup(epoch) + self.per_batch * len(self.batch_sizes)
 
 
 def _timing_run(ctx: Context):
@@ -166,11 +193,11 @@ def _timing_images(ctx: Context) -> str:
 def _timing_startup(ctx: Context) -> str:
     loader, wall, result = _timing_run(ctx)
     seconds = list(result["epoch_seconds"])
-    floor = loader.minimum_epoch_seconds - 0.005
-    short = [s for s in seconds if s < floor]
-    if short:
+    minimum = [loader.minimum_epoch_seconds(epoch) for epoch in range(len(seconds))]
+    if any(s < floor - 0.005 for s, floor in zip(seconds, minimum)):
         raise PartFailed(
-            f"each epoch takes at least {loader.minimum_epoch_seconds:.2f} s ({loader.startup:.2f} s before the first batch), "
+            f"the epochs take at least {', '.join(f'{m:.2f}' for m in minimum)} s (of which "
+            f"{', '.join(f'{loader.startup(e):.2f}' for e in range(len(seconds)))} s before the first batch); "
             f"you measured {', '.join(f'{s:.3f}' for s in seconds)} s"
         )
     if sum(seconds) > wall + 0.005:
@@ -184,7 +211,14 @@ def _timing_rate(ctx: Context) -> str:
     expected = result["images_per_epoch"] * len(seconds) / sum(seconds) if sum(seconds) > 0 else float("nan")
     rate = float(result["images_per_s"])
     if not (abs(rate - expected) <= 0.02 * expected):
-        raise PartFailed(f"images_per_s is {rate:.1f}, but {result['images_per_epoch']} images x {len(seconds)} epochs / {sum(seconds):.3f} s = {expected:.1f}")
+        images = result["images_per_epoch"]
+        guesses = {f"the rate of a single epoch, not of all {len(seconds)}": [images / s for s in seconds if s > 0],
+                   "the mean of the epochs' rates": [sum(images / s for s in seconds if s > 0) / len(seconds)]}
+        what = next((f" ({name})" for name, values in guesses.items() if any(abs(rate - v) <= 0.02 * v for v in values)), "")
+        raise PartFailed(
+            f"images_per_s is {rate:.1f}{what}, but {images} images x {len(seconds)} epochs / {sum(seconds):.3f} s "
+            f"= {expected:.1f}: the epochs differ (the first waits longer for its first batch), so take all of them"
+        )
     return f"{rate:.0f} images/s = images over all epochs / total time"
 
 

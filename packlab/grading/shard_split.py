@@ -14,6 +14,7 @@ from packlab.grading.fixtures import (
     reference_pixels,
     sha256_transform,
     sha_reference,
+    shard_of_key,
     subset,
 )
 
@@ -164,7 +165,24 @@ def _rank_world(ctx: Context, world: int, workers: int) -> str:
         raise PartFailed(f"{exc}\nsamples per rank: {counts}") from None
     if min(counts) == 0:
         raise PartFailed(f"a rank received no samples: {counts}")
-    return f"{world} ranks x {workers} workers: every sample exactly once; per rank {counts}"
+    # Every sample once is not enough: each rank must read the shards the rank-first split gives it.
+    shard_of = shard_of_key(ctx.fixtures["shards"])
+    per_shard = Counter(shard_of.values())
+    got, start = [], 0
+    for count in counts:
+        got.append(sorted({shard_of[key] for key, _, _ in records[start : start + count]}))
+        start += count
+    everything = list(range(len(ctx.fixtures["shards"])))
+    wanted = [everything[rank::world] for rank in range(world)]
+    if got != wanted:
+        expected_counts = [sum(per_shard[i] for i in shards) for shards in wanted]
+        raise PartFailed(
+            f"every sample arrived once, but the ranks read other shards than shards_for gives them: per rank shards "
+            f"{got} (samples {counts}), expected {wanted} (samples {expected_counts}). Call "
+            "shards_for(shards, rank, world_size, worker_id, num_workers) with the arguments in this order: rank and "
+            "world size first, then the worker's id and count"
+        )
+    return f"{world} ranks x {workers} workers: every sample exactly once, each rank its own shards; per rank {counts}"
 
 
 def _rank_too_few(ctx: Context) -> str:

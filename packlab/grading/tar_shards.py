@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from packlab.grading.core import Context, PartFailed, attempt, register, short
+from packlab.grading.core import Context, PartFailed, attempt, describe, register, short
 from packlab.grading.fixtures import (
     audit_records,
     collect_epoch,
@@ -19,6 +19,7 @@ from packlab.grading.fixtures import (
     reference_pixels,
     sha256_transform,
     sha_reference,
+    shard_of_key,
     subset,
 )
 
@@ -32,12 +33,19 @@ def _tar_write_fixtures() -> dict:
     return {"samples": sorted(samples, key=lambda s: (s.label, s.key)), "maxcount": 64}
 
 
-def _shards_of(ctx: Context, seed: int = 0, tag: str = "shards") -> list[Path]:
-    """Run the candidate writer once per (seed, tag) in this child and validate the returned paths."""
+def _shards_of(ctx: Context, seed: int = 0, tag: str = "shards", maxcount: int | None = None) -> list[Path]:
+    """Run the candidate writer once per (seed, tag) in this child and validate the returned paths.
+
+    Each call gets its own copy of the sample list; a writer that reorders the list it is
+    given is noted in ``ctx.memo["reordered input"]`` (the ``seeded`` part reports it).
+    """
     memo_key = ("shards", seed, tag)
     if memo_key not in ctx.memo:
         folder = ctx.scratch(tag)
-        returned = ctx.call(folder, ctx.fixtures["samples"], maxcount=ctx.fixtures["maxcount"], seed=seed)
+        given = list(ctx.fixtures["samples"])
+        returned = ctx.call(folder, given, maxcount=maxcount or ctx.fixtures["maxcount"], seed=seed)
+        if given != ctx.fixtures["samples"]:
+            ctx.memo["reordered input"] = True
         if not isinstance(returned, (list, tuple)) or not returned:
             raise PartFailed(f"write_shards must return the list of shard paths; it returned {short(returned)}")
         shards = [Path(p) for p in returned]
@@ -97,17 +105,42 @@ def _tar_samples(ctx: Context) -> str:
     return f"{len(samples)} samples, each once, .jpg byte-identical and .cls = label"
 
 
-def _tar_convention(ctx: Context) -> str:
-    for path in _shards_of(ctx):
-        names = [m.name for m in _tar_members(path)]
-        if names != sorted(names):
-            raise PartFailed(f"members of {path.name} are not sorted by name (first out of order: {next(b for a, b in zip(names, names[1:]) if b < a)})")
-        for first, second in zip(names[::2], names[1::2]):
-            if Path(first).stem != Path(second).stem or (Path(first).suffix, Path(second).suffix) != (".cls", ".jpg"):
-                raise PartFailed(f"in {path.name}, {first} and {second} should be one sample's .cls and .jpg, side by side")
-        if len(names) % 2:
-            raise PartFailed(f"{path.name} holds an odd number of members: every sample needs both .cls and .jpg")
-    return "each shard sorted by name, every sample's .cls and .jpg adjacent"
+def _sample_sequence(path: Path) -> list[str]:
+    """The keys of a shard's samples in archive order; fails unless each sample's two files are adjacent."""
+    names = [m.name for m in _tar_members(path)]
+    if len(names) % 2:
+        raise PartFailed(f"{path.name} holds an odd number of members: every sample needs both .cls and .jpg")
+    keys = []
+    for first, second in zip(names[::2], names[1::2]):
+        if Path(first).stem != Path(second).stem or {Path(first).suffix, Path(second).suffix} != {".cls", ".jpg"}:
+            raise PartFailed(
+                f"in {path.name}, {first} and {second} stand side by side: each sample's .cls and .jpg must be adjacent "
+                "(add both members of a sample before the next sample), or a streaming reader cannot pair them"
+            )
+        keys.append(Path(first).stem)
+    return keys
+
+
+def _tar_sample_order(ctx: Context) -> str:
+    shards = _shards_of(ctx)
+    per_shard = [_sample_sequence(path) for path in shards]
+    for path, keys in zip(shards, per_shard):
+        if len(keys) > 2 and keys == sorted(keys):
+            raise PartFailed(
+                f"the samples in {path.name} are sorted by key: write them in the shuffled order instead. Sorting keeps "
+                "a sample's files together, but wherever keys encode the class (ImageNet's n01440764_10026) it groups "
+                "the classes again, undoing the shuffle"
+            )
+    count = len(ctx.fixtures["samples"])
+    in_one = [key for path in _shards_of(ctx, tag="one-shard", maxcount=count) for key in _sample_sequence(path)]
+    in_many = [key for keys in per_shard for key in keys]
+    if in_many != in_one:
+        raise PartFailed(
+            f"with seed=0 the samples come in one order with maxcount={count} (one shard) and in another across the "
+            f"maxcount={ctx.fixtures['maxcount']} shards: shuffle once, then write the samples in that order, cut into "
+            "consecutive runs of maxcount; do not reorder them within a shard"
+        )
+    return "each sample's .cls and .jpg adjacent; samples in the shuffled order, cut into consecutive shards"
 
 
 def _shard_keys(shards: Sequence[Path]) -> list[list[str]]:
@@ -126,36 +159,41 @@ def _tar_shuffled(ctx: Context) -> str:
     return "samples given sorted by class end up mixed in every shard"
 
 
-def _tar_seeded(ctx: Context) -> str:
+def _write_seeded(ctx: Context) -> str:
     first = _shard_keys(_shards_of(ctx, seed=0))
     again = _shard_keys(_shards_of(ctx, seed=0, tag="again"))
     other = _shard_keys(_shards_of(ctx, seed=1, tag="other-seed"))
+    if ctx.memo.get("reordered input"):
+        raise PartFailed(
+            "write_shards reordered the list it was given (the caller's list is shuffled afterwards): shuffle a copy, "
+            "order = list(samples); random.Random(seed).shuffle(order), and leave the caller's list alone"
+        )
     if first != again:
         raise PartFailed("writing twice with seed=0 put samples into different shards: seed the shuffle (random.Random(seed))")
     if first == other:
         raise PartFailed("seed=0 and seed=1 gave the same shards: the seed must decide the shuffle")
-    return "the same seed gives the same shards; another seed, other shards"
+    return "the same seed gives the same shards, another seed other shards; the caller's list is left as it was"
 
 
 register(
     "tar_write",
     "04_tar_shards",
     "write WebDataset-style tar shards: shuffled first, at most maxcount samples each",
-    "write_shards(dst_dir, samples, maxcount=1000, seed=0) -> list of paths: shuffles samples (manifest rows) with "
-    "seed, cuts them into dst_dir/shard-000000.tar, ... of at most maxcount samples, each sample as <key>.cls "
-    "(label as text) and <key>.jpg (original bytes), members sorted by name",
+    "write_shards(dst_dir, samples, maxcount=1000, seed=0) -> list of paths: shuffles a copy of samples (manifest rows) "
+    "with seed, cuts it into dst_dir/shard-000000.tar, ... of at most maxcount samples, and writes each shard's samples "
+    "in that shuffled order, each as <key>.cls (label as text) and <key>.jpg (original bytes), adjacent",
     _tar_write_fixtures,
     [
         ("shards", "shards named shard-000000.tar, ... in dst_dir, at most maxcount samples each",
          "start a new shard every maxcount samples; name it f'shard-{index:06d}.tar'", _tar_files),
         ("samples", "every sample exactly once, .jpg byte-identical to the original, .cls the label as text",
          "add two members per sample: f'{key}.cls' holding str(label).encode() and f'{key}.jpg' holding the file's bytes", _tar_samples),
-        ("convention", "within a shard members are sorted by name, .cls and .jpg of a sample adjacent",
-         "sort each shard's samples by key before adding them, and add .cls then .jpg", _tar_convention),
+        ("sample_order", "each sample's .cls and .jpg adjacent; samples in the shuffled order (never re-sorted)",
+         "for each sample of the shard, in the shuffled order, add its .cls and then its .jpg; do not sort the shard", _tar_sample_order),
         ("shuffled", "samples given sorted by class are mixed in every shard (shuffle before cutting)",
          "shuffle a copy of the sample list with random.Random(seed).shuffle before cutting it into shards", _tar_shuffled),
-        ("seeded", "the seed decides the shuffle: same seed, same shards",
-         "use a private random.Random(seed) (or numpy default_rng(seed)), not the global random state", _tar_seeded),
+        ("seeded", "the seed decides the shuffle (same seed, same shards) and the caller's list is left alone",
+         "use a private random.Random(seed) (or numpy default_rng(seed)) on a copy: order = list(samples)", _write_seeded),
     ],
 )
 
@@ -185,6 +223,12 @@ def _tar_epoch(ctx: Context, dataset, workers: int, method: str = "fork", epoch:
     return [key for key, _, _ in records]
 
 
+def _shuffled_epoch(ctx: Context, seed: int, epoch: int, workers: int, shuffle_buffer: int = 40) -> list[str]:
+    """The keys of one shuffled epoch read by a new dataset (and, with workers, new worker processes)."""
+    dataset = _tar_dataset(ctx, shuffle_buffer=shuffle_buffer, seed=seed, transform=sha256_transform)
+    return _tar_epoch(ctx, dataset, workers=workers, epoch=epoch)
+
+
 def _tar_one_process(ctx: Context) -> str:
     keys = _tar_epoch(ctx, _tar_dataset(ctx), workers=0, digest="pixels")
     return f"{len(keys)} samples, each exactly once, labels and pixels match the manifest"
@@ -211,14 +255,45 @@ def _tar_shuffle_epochs(ctx: Context) -> str:
     return "each epoch complete; the order differs from the shards' and between epochs"
 
 
-def _tar_reproducible(ctx: Context) -> str:
+def _tar_shard_order(ctx: Context) -> str:
+    """The order in which the shards are read, per epoch, told from where the samples come from.
+
+    With a buffer much smaller than a shard, every shard's first sample comes out while
+    that shard is being read, so the order of first appearances is the reading order.
+    """
+    shard_of = shard_of_key(ctx.fixtures["shards"])
     orders = []
-    for _ in range(2):
-        dataset = _tar_dataset(ctx, shuffle_buffer=40, seed=3, transform=sha256_transform)
-        orders.append(_tar_epoch(ctx, dataset, workers=0, epoch=1))
+    for epoch in range(3):
+        keys = _shuffled_epoch(ctx, seed=0, epoch=epoch, workers=0, shuffle_buffer=5)
+        orders.append(list(dict.fromkeys(shard_of[key] for key in keys)))
+    listed = list(range(len(ctx.fixtures["shards"])))
+    shown = "; ".join(f"epoch {e}: {order}" for e, order in enumerate(orders))
+    if all(order == listed for order in orders):
+        raise PartFailed(
+            f"the shards were read in the order listed in every epoch ({shown}): shuffle the list of shards with a "
+            "random.Random seeded with seed and epoch before splitting it between workers; a shuffle buffer alone "
+            "only mixes neighbouring samples"
+        )
+    if orders[0] == orders[1] == orders[2]:
+        raise PartFailed(f"the shards were read in the same order in epochs 0, 1 and 2 ({orders[0]}): seed the shard shuffle with the epoch too")
+    return f"the shard order changes from epoch to epoch ({shown})"
+
+
+def _tar_reproducible(ctx: Context) -> str:
+    orders = [_shuffled_epoch(ctx, seed=3, epoch=1, workers=2) for _ in range(2)]
     if orders[0] != orders[1]:
-        raise PartFailed("two datasets with seed=3 at epoch 1 gave different orders: derive every random choice from seed and epoch")
-    return "the same seed and epoch give the same order"
+        raise PartFailed(
+            "two datasets with seed=3 at epoch 1, each read by 2 new worker processes, gave different orders: derive "
+            "every random choice from seed, epoch and worker id (not from the process id, the time or the global random state)"
+        )
+    return "the same seed and epoch give the same order, in new worker processes too"
+
+
+def _read_seeded(ctx: Context) -> str:
+    orders = {seed: _shuffled_epoch(ctx, seed=seed, epoch=0, workers=0) for seed in (3, 4)}
+    if orders[3] == orders[4]:
+        raise PartFailed("seed=3 and seed=4 gave the same order: the seed must decide the shuffles (shards and buffer)")
+    return "another seed gives another order"
 
 
 def _tar_bounded(ctx: Context) -> str:
@@ -238,6 +313,54 @@ def _tar_bounded(ctx: Context) -> str:
     return f"with shuffle_buffer={buffer} the first sample always comes from the first {buffer + 1} read"
 
 
+def _truncated_copies(ctx: Context) -> dict[str, tuple[Path, int]]:
+    """Copies of the first fixture shard cut short: at a header, and inside a member's data.
+
+    Returns ``{how: (path, whole samples before the cut)}``.
+    """
+    source = ctx.fixtures["shards"][0]
+    members = _tar_members(source)
+    data = source.read_bytes()
+    at_header = members[20]  # the first file of the 11th sample: 10 whole samples before it
+    inside = members[25]  # a member of the 13th sample, cut halfway through its contents
+    cuts = {
+        "at a member's header": (at_header.offset, 10),
+        "inside a member's data": (inside.offset_data + inside.size // 2, 12),
+    }
+    folder = ctx.scratch("truncated")
+    out = {}
+    for index, (how, (size, whole)) in enumerate(cuts.items()):
+        path = folder / f"cut-{index}-{source.name}"
+        path.write_bytes(data[:size])
+        out[how] = (path, whole)
+    return out
+
+
+def _tar_truncated(ctx: Context) -> str:
+    for how, (path, whole) in _truncated_copies(ctx).items():
+        dataset = _tar_dataset(ctx, shards=[path], transform=sha256_transform)
+        delivered = 0
+        try:
+            for _ in dataset:
+                delivered += 1
+                if delivered > 100:
+                    break
+        except Exception as exc:  # noqa: BLE001 - any error will do, if it names the shard
+            if path.name not in str(exc):
+                raise PartFailed(
+                    f"a shard cut short {how} raised an error that does not name the shard ({path.name}): "
+                    f"{describe(exc)}. Catch tarfile's error and raise one that says which shard is damaged"
+                ) from None
+            continue
+        raise PartFailed(
+            f"{path.name}, cut short {how} after {whole} whole samples, gave {delivered} samples and no error: the "
+            "rest of the shard was lost silently. tarfile's stream mode takes a cut-off file for the end of the "
+            "archive; a whole archive ends with two blocks of 512 zero bytes after its last member: check that they "
+            "are there, and raise an error naming the shard when they are not"
+        )
+    return "a shard cut short, at a header or inside a member, raises an error that names it"
+
+
 register(
     "tar_dataset",
     "04_tar_shards",
@@ -245,7 +368,7 @@ register(
     "TarShardDataset(shards, shuffle_buffer=0, seed=0, transform=None, return_key=False) with set_epoch(epoch): "
     "worker w of W reads its share shards[w::W]; with shuffle_buffer > 0 the shard order is shuffled per epoch "
     "(the same in every worker) and samples pass through a buffer of at most shuffle_buffer; yields "
-    "(transform(jpg bytes), int(cls)[, key])",
+    "(transform(jpg bytes), int(cls)[, key]); a truncated shard raises an error naming it",
     _tar_read_fixtures,
     [
         ("one_process", "no workers: every sample once, labels and pixels match the manifest",
@@ -258,9 +381,16 @@ register(
          functools.partial(_tar_workers, workers=2, method="spawn")),
         ("shuffle_epochs", "shuffle_buffer > 0: order differs from the shards' and between epochs, nothing lost",
          "seed a random.Random with (seed, epoch): shuffle the shard list the same way in every worker, then split it", _tar_shuffle_epochs),
-        ("reproducible", "the same seed and epoch give the same order",
+        ("shard_order", "shuffle_buffer > 0: the order in which shards are read changes from epoch to epoch",
+         "shuffle a copy of the shard list with random.Random(seed and epoch) before the worker split", _tar_shard_order),
+        ("reproducible", "the same seed and epoch give the same order, also in new worker processes",
          "take every random choice from a random.Random seeded with seed and epoch (and the worker id for the buffer)", _tar_reproducible),
+        ("seeded", "another seed gives another order",
+         "mix seed into every generator's seed, e.g. random.Random(seed * 100_003 + epoch)", _read_seeded),
         ("bounded_buffer", "the shuffle buffer holds at most shuffle_buffer samples",
          "fill a list up to shuffle_buffer samples; then, per new sample, yield a random one from the list and put the new one in its place", _tar_bounded),
+        ("truncated_shard", "a shard cut short raises an error that names the shard, instead of losing samples silently",
+         "after the members, a whole tar ends with two zero blocks of 512 bytes: check for them at tar.offset, and turn "
+         "tarfile's errors into one that names the path", _tar_truncated),
     ],
 )
