@@ -43,13 +43,14 @@ def test_zip_of_raw_pixels_equals_the_standard_transform(tmp_path, small_root, s
             assert torch.equal(pixels_to_tensor(raw), expected)
 
 
-def test_raw_zip_is_several_times_larger_and_deflate_shrinks_it(tmp_path, small_root, small_manifest):
+def test_raw_zip_is_larger_than_the_jpeg_zip_and_deflate_shrinks_it(tmp_path, small_root, small_manifest):
+    # 256x256x3 bytes per raw member against ImageNet-sized JPEGs (about 110 kB): 1.5-2x, not more.
     jpeg = pack.write_zip(tmp_path / "j.zip", root=small_root, progress=False).stat().st_size
     raw_stored = pack.write_zip(tmp_path / "rs.zip", members="raw", root=small_root, progress=False).stat().st_size
     raw_deflated = pack.write_zip(
         tmp_path / "rd.zip", members="raw", compression="deflated", root=small_root, progress=False
     ).stat().st_size
-    assert raw_stored > 3 * jpeg
+    assert raw_stored > 1.5 * jpeg
     assert raw_deflated < raw_stored
 
 
