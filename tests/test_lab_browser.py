@@ -337,7 +337,7 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
         sentence = panel.locator(".jp-MarkdownCell", has_text="of 5 runs failed").first
         sentence.scroll_into_view_if_needed()
         _screenshot(page, "chapter-eval")
-        table_sentence = panel.locator(".jp-MarkdownCell", has_text="With JPEG members the locked loader").first
+        table_sentence = panel.locator(".jp-MarkdownCell", has_text="From the page cache, the locked loader reached").first
         table_sentence.scroll_into_view_if_needed()
         _screenshot(page, "chapter-table")
 
