@@ -17,8 +17,8 @@ has three parts, each computed from something anyone can look at:
   of its solution notebook.
 
 ``python -m packlab.schedule`` prints the table in Markdown, then the one-day core track
-(:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) with clock times, and says whether it
-fits the teaching time of a day. ``--cache PATH`` reads another checkout's cache, e.g.
+(:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) and the second day with clock times, and
+says whether each fits the teaching time of a day. ``--cache PATH`` reads another checkout's cache, e.g.
 that of the machine that ran ``make test``.
 """
 
@@ -55,10 +55,15 @@ BREAK_SLACK = 15
 TEACHING_MINUTES_PER_DAY = DAY_END - DAY_START - sum(minutes for _, _, minutes in BREAKS)
 
 #: The one-day core track: chapters (by number) and exercises (by notebook name) taught on
-#: the day. Everything else is the second day, or reading. ``python -m packlab.schedule``
-#: says whether this still fits :data:`TEACHING_MINUTES_PER_DAY`.
-CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6, 7)
+#: the first day: from one file per sample to multi-rank tar shards, writing the three
+#: loaders the rest of the course builds on. ``python -m packlab.schedule`` says whether
+#: it still fits :data:`TEACHING_MINUTES_PER_DAY`.
+CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6)
 CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")
+#: The second day: the other chapters (performance, and beyond one machine) with their
+#: exercises. Exercises in neither day are optional: for whoever is ahead, or homework.
+SECOND_DAY_CHAPTERS = (7, 8, 9, 10)
+SECOND_DAY_EXERCISES = ("06_bottleneck", "07_parallel_map", "08_lmdb", "09_resuming_shards")
 
 #: The book's execution cache, relative to the repository (shared by make test and make book).
 CACHE_DIR = Path("_build") / ".jupyter_cache"
@@ -358,8 +363,8 @@ def markdown_table(rows: list[Session]) -> str:
     return "\n".join(lines)
 
 
-def core_day(rows: list[Session], chapters=CORE_CHAPTERS, exercises=CORE_EXERCISES) -> list[tuple[str, float]]:
-    """The core track's items in order: each chapter, then its exercise if it is a core one."""
+def day_plan(rows: list[Session], chapters, exercises) -> list[tuple[str, float]]:
+    """A day's items in order: each of its chapters, then the chapter's exercise if the day has it."""
     items = []
     for row in rows:
         if row.number in chapters:
@@ -408,8 +413,22 @@ def _clock(minutes: float) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}"
 
 
+def _day(title: str, rows: list[Session], chapters, exercises) -> list[str]:
+    items = day_plan(rows, chapters, exercises)
+    minutes = sum(m for _, m in items)
+    verdict = "fits" if minutes <= TEACHING_MINUTES_PER_DAY else "does NOT fit"
+    return [
+        "",
+        f"{title} (chapters {', '.join(map(str, chapters))}; exercises {', '.join(exercises) or 'none'}): "
+        f"{_minutes(minutes)} min ({_hours(minutes)}) of teaching; it {verdict} the "
+        f"{_hours(TEACHING_MINUTES_PER_DAY)} of a {_clock(DAY_START)}-{_clock(DAY_END)} day with breaks.",
+        "",
+        *timetable(items),
+    ]
+
+
 def report(rows: list[Session]) -> str:
-    """The table, how it was computed, and the core day against the teaching time of a day."""
+    """The table, how it was computed, and the two days against the teaching time of a day."""
     missing = [Path(r.chapter).name for r in rows if r.run_min is None]
     out = [markdown_table(rows), ""]
     out.append(
@@ -422,17 +441,16 @@ def report(rows: list[Session]) -> str:
     )
     if missing:
         out.append(f"No measured run in the cache for: {', '.join(missing)} (counted as 0 min).")
-    items = core_day(rows)
-    core = sum(minutes for _, minutes in items)
-    verdict = "fits" if core <= TEACHING_MINUTES_PER_DAY else "does NOT fit"
-    out += [
-        "",
-        f"Core day (chapters {', '.join(map(str, CORE_CHAPTERS))}; exercises "
-        f"{', '.join(CORE_EXERCISES)}): {_minutes(core)} min ({_hours(core)}) of teaching; "
-        f"it {verdict} the {_hours(TEACHING_MINUTES_PER_DAY)} of a 9:00-17:00 day with breaks.",
-        "",
-        *timetable(items),
-    ]
+    out += _day("Day one, the core track", rows, CORE_CHAPTERS, CORE_EXERCISES)
+    out += _day("Day two", rows, SECOND_DAY_CHAPTERS, SECOND_DAY_EXERCISES)
+    planned = set(CORE_EXERCISES) | set(SECOND_DAY_EXERCISES)
+    optional = [r for r in rows if r.exercise is not None and r.exercise not in planned]
+    if optional:
+        listed = ", ".join(f"{r.exercise} ({_minutes(r.exercise_min)} min)" for r in optional)
+        out += ["", f"Optional exercises (ahead of the room, or homework): {listed}."]
+    unplanned = [Path(r.chapter).name for r in rows if r.number not in CORE_CHAPTERS + SECOND_DAY_CHAPTERS]
+    if unplanned:
+        out += ["", f"Chapters in neither day (add them to a day in packlab/schedule.py): {', '.join(unplanned)}."]
     return "\n".join(out)
 
 
