@@ -18,8 +18,8 @@ has three parts, each computed from something anyone can look at:
 
 ``python -m packlab.schedule`` prints the table in Markdown, then the one-day core track
 (:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) and the second day with clock times, and
-says whether each fits the teaching time of a day. ``--cache PATH`` reads another checkout's cache, e.g.
-that of the machine that ran ``make test``.
+says whether each fits the teaching time of a day. ``--cache PATH`` reads another
+checkout's cache, e.g. that of the machine that ran ``make test``.
 """
 
 from __future__ import annotations
