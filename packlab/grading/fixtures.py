@@ -34,9 +34,15 @@ from packlab.transforms import RAW_SHAPE
 # ----------------------------------------------------------------- fixtures and references
 
 
+#: Raised whenever the reference writers change what they write (2: tar shards keep the
+#: shuffled order instead of sorting by key), so archives cached by an older course are
+#: not read as if the current writers had made them.
+FIXTURE_LAYOUT = 2
+
+
 def fixture_root() -> Path:
-    """Where checks cache the archives they read, one folder per dataset version."""
-    return paths.packed_dir() / "grading" / data.sha256_file(paths.manifest_path())[:12]
+    """Where checks cache the archives they read: one folder per dataset version and fixture layout."""
+    return paths.packed_dir() / "grading" / f"{data.sha256_file(paths.manifest_path())[:12]}-v{FIXTURE_LAYOUT}"
 
 
 @contextlib.contextmanager
