@@ -1,0 +1,480 @@
+"""How long the course takes: a workshop schedule computed, not guessed.
+
+A session of the workshop is one chapter and the exercise that follows it. Its length
+has three parts, each computed from something anyone can look at:
+
+* **reading**: the words of the chapter's prose (its markdown cells; code is not
+  counted) at :data:`WORDS_PER_MINUTE`, a rate for technical prose read next to the code,
+  tables and plots it talks about, plus :data:`MINUTES_PER_CODE_CELL` for each code cell
+  (reading the code and what it printed);
+* **running**: the seconds the chapter's cells took to execute, *measured*, from Jupyter
+  Book's execution cache (``_build/.jupyter_cache``), which ``make test`` and
+  ``make book`` fill; nothing here executes a notebook;
+* **the exercise**: an *estimate* (no attendee was timed), from the exercise's prose
+  (read at the same rate), the lines of its solution's graded blocks (the code the
+  attendee writes, at :data:`MINUTES_PER_SOLUTION_LINE`), the parts of its checks (each
+  one a behaviour to get right, at :data:`MINUTES_PER_CHECK_PART`) and the measured run
+  of its solution notebook.
+
+``python -m packlab.schedule`` prints the table in Markdown, then the one-day core track
+(:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) and the second day with clock times, and
+says whether each fits the teaching time of a day. ``--cache PATH`` reads another
+checkout's cache, e.g. that of the machine that ran ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packlab import paths
+
+#: Reading rate for the chapters' prose, in words per minute. Silent reading of ordinary
+#: non-fiction averages about 240 words/min; prose that sends the reader to a code cell, a
+#: table or a plot every few sentences goes at about half that.
+WORDS_PER_MINUTE = 120
+#: Estimated minutes to write, run and correct one line of an exercise's solution.
+MINUTES_PER_SOLUTION_LINE = 1.0
+#: Estimated minutes per part of an exercise's checks: run it, read the report, fix one thing.
+MINUTES_PER_CHECK_PART = 1.0
+#: Minutes to read one code cell and look at what it printed or plotted (the words of the
+#: rate above are prose only; a chapter with twice the cells takes longer to follow).
+MINUTES_PER_CODE_CELL = 0.5
+
+#: The workshop day: start, end, and the breaks (name, start, minutes), as clock minutes.
+DAY_START = 9 * 60
+DAY_END = 17 * 60
+BREAKS = (("coffee", 10 * 60 + 30, 15), ("lunch", 12 * 60 + 30, 60), ("coffee", 15 * 60, 15))
+#: Minutes a break may move to fall between two items rather than split one.
+BREAK_SLACK = 15
+#: Teaching time in a day: 9:00-17:00 less the breaks, 6.5 h.
+TEACHING_MINUTES_PER_DAY = DAY_END - DAY_START - sum(minutes for _, _, minutes in BREAKS)
+
+#: The one-day core track: chapters (by number) and exercises (by notebook name) taught on
+#: the first day: from one file per sample to multi-rank tar shards, writing the three
+#: loaders the rest of the course builds on. ``python -m packlab.schedule`` says whether
+#: it still fits :data:`TEACHING_MINUTES_PER_DAY`.
+CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6)
+CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")
+#: The second day: the other chapters (performance, and beyond one machine) with their
+#: exercises. Exercises in neither day are optional: for whoever is ahead, or homework.
+SECOND_DAY_CHAPTERS = (7, 8, 9, 10)
+SECOND_DAY_EXERCISES = ("06_bottleneck", "07_parallel_map", "08_lmdb", "09_resuming_shards")
+
+#: The book's execution cache, relative to the repository (shared by make test and make book).
+CACHE_DIR = Path("_build") / ".jupyter_cache"
+
+_CODE_CELL = re.compile(r"^(`{3,})\{code-cell\}")
+_WORD = re.compile(r"\w")
+
+
+class MissingCacheError(RuntimeError):
+    """No execution cache where one was expected; the message says how to make one."""
+
+
+# --- Counting a MyST notebook -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotebookText:
+    """What a reader meets in one MyST notebook: words of prose and cells of code."""
+
+    words: int
+    code_cells: int
+
+
+def split_myst(text: str) -> tuple[list[str], list[str]]:
+    """Split a MyST notebook into its markdown lines and its code cells' sources.
+
+    A code cell is a fence that opens with ```` ```{code-cell} ```` (three backticks or
+    more) and closes with a line of the same backticks; everything else, after the
+    front matter (``---`` ... ``---``), is markdown.
+    """
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":
+        closing = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+        if closing is not None:
+            lines = lines[closing + 1 :]
+    markdown: list[str] = []
+    cells: list[str] = []
+    fence: str | None = None
+    body: list[str] = []
+    for line in lines:
+        if fence is None:
+            opening = _CODE_CELL.match(line.strip())
+            if opening:
+                fence, body = opening.group(1), []
+            else:
+                markdown.append(line)
+        elif line.strip() == fence:
+            cells.append("\n".join(body))
+            fence = None
+        else:
+            body.append(line)
+    return markdown, cells
+
+
+def prose_words(markdown_lines: list[str]) -> int:
+    """Words a reader reads in markdown: tokens with a letter or digit, markup left out.
+
+    Left out: HTML comments (instructors' notes), MyST comments (``% ...``), cell breaks
+    (``+++``), target labels (``(name)=``), directive fences and their ``:option:`` lines.
+    A role such as ``{eval}`rate``` counts as the one word it shows.
+    """
+    text = re.sub(r"<!--.*?-->", " ", "\n".join(markdown_lines), flags=re.DOTALL)
+    words = 0
+    for line in text.splitlines():
+        stripped = line.strip()
+        if (
+            stripped.startswith(("%", "+++", "```", "~~~"))
+            or re.fullmatch(r"\(.+\)=", stripped)
+            or re.match(r":[\w-]+:", stripped)
+        ):
+            continue
+        words += sum(1 for token in stripped.split() if _WORD.search(token))
+    return words
+
+
+def count_notebook(path: Path) -> NotebookText:
+    """Words of prose and number of code cells of the MyST notebook at ``path``."""
+    markdown, cells = split_myst(path.read_text(encoding="utf-8"))
+    return NotebookText(prose_words(markdown), len(cells))
+
+
+def solution_lines(path: Path) -> int:
+    """Lines an attendee writes: code lines between ``# BEGIN SOLUTION`` and ``# END SOLUTION``.
+
+    Blank lines and comments (the hints the exercise keeps) are not counted.
+    """
+    from packlab.exercises import BEGIN_SOLUTION, END_SOLUTION
+
+    count, inside = 0, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if stripped == BEGIN_SOLUTION:
+            inside = True
+        elif stripped == END_SOLUTION:
+            inside = False
+        elif inside and stripped and not stripped.startswith("#"):
+            count += 1
+    return count
+
+
+# --- The book's structure -------------------------------------------------------------
+
+
+def toc_chapters(root: Path) -> list[str]:
+    """The chapters of the book, in ``_toc.yml`` order (``chapters/NN_name``)."""
+    return [f for f in _toc_files(root) if f.startswith("chapters/")]
+
+
+def toc_exercises(root: Path) -> list[str]:
+    """The exercise notebooks of the book, in ``_toc.yml`` order (``exercises/NN_name``)."""
+    return [f for f in _toc_files(root) if f.startswith("exercises/") and f != "exercises/index"]
+
+
+def _toc_files(root: Path) -> list[str]:
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files.extend(entry["file"] for entry in part.get("chapters", []))
+    return [str(Path(f).with_suffix("")) for f in files]
+
+
+def chapter_number(chapter: str) -> int:
+    """``chapters/05_tar_shards`` -> 5."""
+    return int(Path(chapter).name.split("_", 1)[0])
+
+
+def exercises_by_chapter(root: Path) -> dict[int, str]:
+    """Which exercise follows which chapter, from the table in ``exercises/index.md``.
+
+    An exercise that follows two chapters ("3, 4") belongs to the session of the later one:
+    it needs both.
+    """
+    found: dict[int, str] = {}
+    row = re.compile(r"^\|\s*\{doc\}`([^`]+)`\s*\|.*\|\s*([\d,\s]+?)\s*\|\s*$")
+    for line in (root / "exercises" / "index.md").read_text(encoding="utf-8").splitlines():
+        match = row.match(line.strip())
+        if match:
+            last = max(int(n) for n in match.group(2).split(","))
+            found[last] = Path(match.group(1)).name
+    return found
+
+
+# --- Measured execution times ---------------------------------------------------------
+
+
+def execution_seconds(cache_dir: Path) -> dict[str, float]:
+    """Measured execution seconds per notebook (``chapters/NN_name``), from a jupyter-cache.
+
+    Each record of the cache is one executed notebook: its ``uri`` is the source's path
+    (absolute, on the machine that ran it), and ``data["execution_seconds"]`` is how long
+    its cells took. A notebook executed more than once (its code changed in between) has
+    several records; the newest one counts. Raises :class:`MissingCacheError` when there
+    is no cache at ``cache_dir``.
+    """
+    cache_dir = Path(cache_dir)
+    # jupyter_cache creates an empty cache where none exists: look before asking it.
+    if not (cache_dir / "global.db").is_file():
+        raise MissingCacheError(
+            f"no execution cache at {cache_dir}: the running times are measured from it. "
+            "Run `make test` or `make book` first (either executes every chapter and fills "
+            "the cache), or point --cache at another checkout's _build/.jupyter_cache."
+        )
+    from jupyter_cache import get_cache
+
+    newest: dict[str, tuple[int, float]] = {}
+    for record in get_cache(str(cache_dir)).list_cache_records():
+        seconds = (record.data or {}).get("execution_seconds")
+        if seconds is None:
+            continue
+        uri = Path(record.uri)
+        name = f"{uri.parent.name}/{uri.stem}"
+        if name not in newest or record.pk > newest[name][0]:
+            newest[name] = (record.pk, float(seconds))
+    return {name: seconds for name, (_, seconds) in newest.items()}
+
+
+def check_parts() -> dict[str, int]:
+    """Parts of the graded checks per exercise notebook (``01_jpeg_dataset`` -> 9)."""
+    from packlab.grading import list_checks
+
+    parts: dict[str, int] = {}
+    for info in list_checks():
+        parts[info.notebook] = parts.get(info.notebook, 0) + len(info.parts)
+    return parts
+
+
+# --- The schedule ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Session:
+    """One chapter and the exercise that follows it, with its minutes.
+
+    ``run_min`` and ``exercise_min`` are ``None`` where no measurement was found.
+    """
+
+    chapter: str
+    words: int
+    code_cells: int
+    read_min: float
+    run_min: float | None
+    exercise: str | None = None
+    exercise_min: float | None = None
+
+    @property
+    def number(self) -> int:
+        return chapter_number(self.chapter)
+
+    @property
+    def chapter_min(self) -> float:
+        return self.read_min + (self.run_min or 0.0)
+
+
+def reading_minutes(text: NotebookText) -> float:
+    """Minutes to follow a chapter: its prose at :data:`WORDS_PER_MINUTE`, its cells at :data:`MINUTES_PER_CODE_CELL`."""
+    return text.words / WORDS_PER_MINUTE + text.code_cells * MINUTES_PER_CODE_CELL
+
+
+def exercise_minutes(words: int, lines: int, parts: int, run_seconds: float | None) -> float:
+    """The estimate for one exercise: read it, write its lines, pass its parts, run it."""
+    return (
+        words / WORDS_PER_MINUTE
+        + lines * MINUTES_PER_SOLUTION_LINE
+        + parts * MINUTES_PER_CHECK_PART
+        + (run_seconds or 0.0) / 60
+    )
+
+
+def sessions(root: Path, seconds: dict[str, float], parts: dict[str, int]) -> list[Session]:
+    """One :class:`Session` per chapter of ``_toc.yml``, in order.
+
+    ``seconds`` maps ``chapters/NN_name`` and ``solutions/NN_name`` to measured execution
+    seconds (:func:`execution_seconds`); ``parts`` maps an exercise's notebook name to
+    the parts of its checks (:func:`check_parts`).
+    """
+    exercise_of = exercises_by_chapter(root)
+    rows = []
+    for chapter in toc_chapters(root):
+        text = count_notebook(root / f"{chapter}.md")
+        run = seconds.get(chapter)
+        exercise = exercise_of.get(chapter_number(chapter))
+        exercise_min = None
+        if exercise is not None:
+            exercise_text = count_notebook(root / "exercises" / f"{exercise}.md")
+            exercise_min = exercise_minutes(
+                exercise_text.words,
+                solution_lines(root / "solutions" / f"{exercise}.md"),
+                parts.get(exercise, 0),
+                seconds.get(f"solutions/{exercise}"),
+            )
+        rows.append(
+            Session(
+                chapter,
+                text.words,
+                text.code_cells,
+                reading_minutes(text),
+                None if run is None else run / 60,
+                exercise,
+                exercise_min,
+            )
+        )
+    return rows
+
+
+def _minutes(value: float | None) -> str:
+    return "n/a" if value is None else f"{math.ceil(value)}"
+
+
+def _hours(minutes: float) -> str:
+    return f"{minutes / 60:.1f} h"
+
+
+def markdown_table(rows: list[Session]) -> str:
+    """The schedule as a Markdown table, one row per session and a row of totals."""
+    lines = [
+        "| Session | Chapter | Words | Code cells | Read (min) | Run (min) | Exercise | Exercise (min, est.) | Total (min) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for row in rows:
+        exercise = "none" if row.exercise is None else row.exercise
+        total = row.chapter_min + (row.exercise_min or 0.0)
+        lines.append(
+            f"| {row.number} | {Path(row.chapter).name} | {row.words:,} | {row.code_cells} | "
+            f"{_minutes(row.read_min)} | {_minutes(row.run_min)} | {exercise} | "
+            f"{'' if row.exercise is None else _minutes(row.exercise_min)} | {_minutes(total)} |"
+        )
+    read = sum(r.read_min for r in rows)
+    run = sum(r.run_min or 0.0 for r in rows)
+    exercises = sum(r.exercise_min or 0.0 for r in rows)
+    lines.append(
+        f"| | **all** | {sum(r.words for r in rows):,} | {sum(r.code_cells for r in rows)} | "
+        f"{_minutes(read)} | {_minutes(run)} | | {_minutes(exercises)} | "
+        f"{_minutes(read + run + exercises)} ({_hours(read + run + exercises)}) |"
+    )
+    return "\n".join(lines)
+
+
+def day_plan(rows: list[Session], chapters, exercises) -> list[tuple[str, float]]:
+    """A day's items in order: each of its chapters, then the chapter's exercise if the day has it."""
+    items = []
+    for row in rows:
+        if row.number in chapters:
+            items.append((f"chapter {row.number} ({Path(row.chapter).name})", row.chapter_min))
+            if row.exercise in exercises:
+                items.append((f"exercise {row.exercise}", row.exercise_min or 0.0))
+    return items
+
+
+def timetable(items: list[tuple[str, float]]) -> list[str]:
+    """Clock times for ``items`` from :data:`DAY_START`, with the :data:`BREAKS` inserted.
+
+    A break moves to the end of the item it falls in when that item ends within
+    :data:`BREAK_SLACK` minutes of it, or is taken before the item when the item would
+    start no more than that before it; otherwise the item is split around the break.
+    """
+    clock, lines = float(DAY_START), []
+    pending = list(BREAKS)
+
+    def take_break():
+        nonlocal clock
+        break_name, _, length = pending.pop(0)
+        lines.append(f"{_clock(clock)}-{_clock(clock + length)} {break_name}")
+        clock += length
+
+    for name, minutes in items:
+        remaining, label = float(minutes), name
+        while pending and clock + remaining > pending[0][1]:
+            start = pending[0][1]
+            if clock + remaining - start <= BREAK_SLACK:
+                break  # ends soon after the break was due: finish it first
+            if start - clock > BREAK_SLACK:
+                lines.append(f"{_clock(clock)}-{_clock(start)} {label}")
+                remaining -= start - clock
+                clock, label = float(start), f"{name} (continued)"
+            take_break()
+        lines.append(f"{_clock(clock)}-{_clock(clock + remaining)} {label}")
+        clock += remaining
+        if pending and clock >= pending[0][1]:
+            take_break()
+    return lines
+
+
+def _clock(minutes: float) -> str:
+    minutes = round(minutes)
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+def _day(title: str, rows: list[Session], chapters, exercises) -> list[str]:
+    items = day_plan(rows, chapters, exercises)
+    minutes = sum(m for _, m in items)
+    verdict = "fits" if minutes <= TEACHING_MINUTES_PER_DAY else "does NOT fit"
+    return [
+        "",
+        f"{title} (chapters {', '.join(map(str, chapters))}; exercises {', '.join(exercises) or 'none'}): "
+        f"{_minutes(minutes)} min ({_hours(minutes)}) of teaching; it {verdict} the "
+        f"{_hours(TEACHING_MINUTES_PER_DAY)} of a {_clock(DAY_START)}-{_clock(DAY_END)} day with breaks.",
+        "",
+        *timetable(items),
+    ]
+
+
+def report(rows: list[Session]) -> str:
+    """The table, how it was computed, and the two days against the teaching time of a day."""
+    missing = [Path(r.chapter).name for r in rows if r.run_min is None]
+    out = [markdown_table(rows), ""]
+    out.append(
+        f"Reading at {WORDS_PER_MINUTE} words/min (markdown cells only) plus "
+        f"{MINUTES_PER_CODE_CELL:g} min per code cell; running measured "
+        f"from the execution cache; exercises estimated from their prose at the same rate, "
+        f"{MINUTES_PER_SOLUTION_LINE:g} min per line of the solution's graded blocks, "
+        f"{MINUTES_PER_CHECK_PART:g} min per part of their checks and the solution "
+        "notebook's measured run."
+    )
+    if missing:
+        out.append(f"No measured run in the cache for: {', '.join(missing)} (counted as 0 min).")
+    out += _day("Day one, the core track", rows, CORE_CHAPTERS, CORE_EXERCISES)
+    out += _day("Day two", rows, SECOND_DAY_CHAPTERS, SECOND_DAY_EXERCISES)
+    planned = set(CORE_EXERCISES) | set(SECOND_DAY_EXERCISES)
+    optional = [r for r in rows if r.exercise is not None and r.exercise not in planned]
+    if optional:
+        listed = ", ".join(f"{r.exercise} ({_minutes(r.exercise_min)} min)" for r in optional)
+        out += ["", f"Optional exercises (ahead of the room, or homework): {listed}."]
+    unplanned = [Path(r.chapter).name for r in rows if r.number not in CORE_CHAPTERS + SECOND_DAY_CHAPTERS]
+    if unplanned:
+        out += ["", f"Chapters in neither day (add them to a day in packlab/schedule.py): {', '.join(unplanned)}."]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m packlab.schedule",
+        description="Print the workshop schedule: reading, measured running and exercise time per chapter.",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=paths.repo_root() / CACHE_DIR,
+        help="Jupyter Book's execution cache to read the running times from (default: %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    root = paths.repo_root()
+    try:
+        seconds = execution_seconds(args.cache)
+    except MissingCacheError as error:
+        print(f"packlab.schedule: {error}", file=sys.stderr)
+        return 2
+    print(report(sessions(root, seconds, check_parts())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The workshop schedule (packlab.schedule): its counts, its coverage of the book, its errors."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from packlab import paths, schedule
+
+ROOT = paths.repo_root()
+
+SYNTHETIC = textwrap.dedent(
+    """\
+    ---
+    jupytext:
+      text_representation:
+        format_name: myst
+    ---
+
+    (tiny-label)=
+    # A tiny chapter
+
+    Two sentences of prose, seven words. And {eval}`rate` here.
+
+    <!-- an instructor's note
+    that spans two lines -->
+    % a MyST comment
+    ```{admonition} Look
+    :class: note
+    One word.
+    ```
+
+    ```{code-cell} ipython3
+    # code is not prose: these words do not count
+    x = 1
+    ```
+
+    +++
+
+    Last line, `inline code` counts.
+
+    ````{code-cell} ipython3
+    print('''
+    ```
+    a fence inside a string does not end the cell
+    ''')
+    ````
+    """
+)
+
+
+def test_words_and_cells_of_a_synthetic_notebook(tmp_path):
+    path = tmp_path / "tiny.md"
+    path.write_text(SYNTHETIC, encoding="utf-8")
+    counted = schedule.count_notebook(path)
+    # "A tiny chapter" 3 (the # is not a word), the prose line 9, "One word." 2,
+    # "Last line, `inline code` counts." 5; front matter, label, comments, fences,
+    # options and both code cells left out.
+    assert counted == schedule.NotebookText(words=3 + 9 + 2 + 5, code_cells=2)
+
+
+def test_solution_lines_count_only_code_between_the_markers(tmp_path):
+    path = tmp_path / "01_x.md"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            ```{code-cell} ipython3
+            def f(x):
+                # BEGIN SOLUTION
+                # Hint: add one
+                y = x + 1
+
+                return y
+                # END SOLUTION
+            z = f(1)
+            ```
+            """
+        ),
+        encoding="utf-8",
+    )
+    assert schedule.solution_lines(path) == 2
+
+
+def test_the_table_has_a_row_for_every_chapter_of_the_toc():
+    chapters = schedule.toc_chapters(ROOT)
+    assert len(chapters) >= 11, chapters
+    rows = schedule.sessions(ROOT, seconds={}, parts={})
+    assert [row.chapter for row in rows] == chapters
+    table = schedule.markdown_table(rows)
+    for chapter in chapters:
+        name = Path(chapter).name
+        assert re.search(rf"^\| {schedule.chapter_number(chapter)} \| {name} \|", table, re.M), name
+    # every row has an estimate; nothing was measured here, so running reads n/a
+    assert all(row.read_min > 0 and row.run_min is None for row in rows)
+
+
+def test_every_exercise_of_the_toc_belongs_to_a_chapter():
+    placed = set(schedule.exercises_by_chapter(ROOT).values())
+    for exercise in schedule.toc_exercises(ROOT):
+        assert Path(exercise).name in placed, f"{exercise} has no chapter in exercises/index.md's table"
+
+
+def _schedule_section(page: str) -> str:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    match = re.search(r"^## Schedule\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"{page} has no '## Schedule' section"
+    return match.group(1)
+
+
+def test_the_intro_schedule_names_every_chapter():
+    section = _schedule_section("intro.md")
+    for chapter in schedule.toc_chapters(ROOT):
+        assert f"{{doc}}`{chapter}`" in section, f"intro.md's schedule does not list {chapter}"
+
+
+def test_the_instructor_schedule_has_a_row_for_every_chapter():
+    section = _schedule_section("instructor.md")
+    assert "python -m packlab.schedule" in section
+    assert "{nb-exec-table}" in section
+    for chapter in schedule.toc_chapters(ROOT):
+        assert f"| {Path(chapter).name} |" in section, f"instructor.md's schedule has no row for {chapter}"
+
+
+def test_a_missing_cache_is_a_message_not_a_traceback(tmp_path, capsys):
+    missing = tmp_path / "no-such-build" / ".jupyter_cache"
+    assert schedule.main(["--cache", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "make test" in err and "make book" in err
+    assert "Traceback" not in err
+    assert not missing.exists(), "looking for the cache must not create one"
+
+
+def test_running_times_come_from_the_newest_record_of_each_notebook(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(tmp_path / "cache"))
+    for code, uri, seconds in [
+        ("a = 1", "/elsewhere/repo/chapters/01_x.md", 30.0),
+        ("a = 2", "/elsewhere/repo/chapters/01_x.md", 42.0),  # the chapter re-run after a change
+        ("b = 1", "/elsewhere/repo/solutions/01_y.md", 7.5),
+    ]:
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        cache.cache_notebook_bundle(
+            CacheBundleIn(notebook, uri, data={"execution_seconds": seconds}), check_validity=False
+        )
+    assert schedule.execution_seconds(tmp_path / "cache") == {"chapters/01_x": 42.0, "solutions/01_y": 7.5}
+
+
+def test_the_timetable_keeps_every_minute_and_every_break():
+    items = [("one", 100), ("two", 120), ("three", 150)]
+    lines = schedule.timetable(items)
+    spans = []
+    for line in lines:
+        match = re.match(r"(\d+):(\d\d)-(\d+):(\d\d) (.*)", line)
+        assert match, line
+        h1, m1, h2, m2, what = match.groups()
+        spans.append((int(h1) * 60 + int(m1), int(h2) * 60 + int(m2), what))
+    assert spans[0][0] == schedule.DAY_START
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), lines  # no gap, no overlap
+    assert [s[2] for s in spans if s[2] in ("coffee", "lunch")] == [b[0] for b in schedule.BREAKS]
+    taught = sum(end - start for start, end, what in spans if what not in ("coffee", "lunch"))
+    assert abs(taught - sum(minutes for _, minutes in items)) <= len(lines)  # rounding to minutes
+
+
+def test_every_chapter_is_taught_on_one_of_the_two_days():
+    numbers = [schedule.chapter_number(c) for c in schedule.toc_chapters(ROOT)]
+    assert not set(schedule.CORE_CHAPTERS) & set(schedule.SECOND_DAY_CHAPTERS)
+    assert sorted(schedule.CORE_CHAPTERS + schedule.SECOND_DAY_CHAPTERS) == sorted(numbers)
+    exercises = {Path(e).name for e in schedule.toc_exercises(ROOT)}
+    planned = schedule.CORE_EXERCISES + schedule.SECOND_DAY_EXERCISES
+    assert set(planned) <= exercises, set(planned) - exercises
