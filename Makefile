@@ -103,7 +103,8 @@ test: data
 	  --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider \
 	  -p packlab.pytest_book_cache
 
-# Loader speed against the decode ceiling, and the small-file penalty (about 15 minutes).
+# Loader speed against the decode ceiling and the peers, the small-file penalty and the
+# packed formats (about 30 minutes on two cores).
 # Speed targets live here, never in the tests. Run it on an otherwise idle machine.
 # BENCH_ARGS=--quick: the same on 600 images, to check that everything runs.
 BENCH_ARGS ?=
