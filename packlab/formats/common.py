@@ -38,6 +38,7 @@ from packlab import data
 from packlab.loaders.skipping import BadSampleHandling
 from packlab.loaders.tar import (
     RawSample,
+    RawSampleDecoding,
     ShardSplitError,
     check_shard_split,
     distributed_rank_and_world_size,
@@ -247,7 +248,7 @@ class PackedMapDataset(Dataset, BadSampleHandling):
 # ------------------------------------------------------------------------ streaming
 
 
-class BlockStreamDataset(IterableDataset, BadSampleHandling):
+class BlockStreamDataset(IterableDataset, RawSampleDecoding):
     """Read a packed file front to back in blocks of consecutive samples, like tar shards (chapter 5).
 
     Subclasses set ``self.path`` and ``self.blocks`` (any hashable descriptions of runs of
@@ -314,16 +315,6 @@ class BlockStreamDataset(IterableDataset, BadSampleHandling):
             yield from self.read_block(block)
         except DamagedSampleError as exc:
             self._skip(f"{self.path}:{block}", "damaged shard", exc)
-
-    def _decoded(self, sample: RawSample):
-        try:
-            image = self.transform(sample.image_bytes, sample.source)
-        except CorruptImageError as exc:
-            if not self.skipping:
-                raise
-            self._skip(sample.source, "corrupt image", exc)
-            return None
-        return (image, sample.label, sample.key) if self.return_key else (image, sample.label)
 
     def __iter__(self):
         info = get_worker_info()

@@ -543,7 +543,24 @@ def skip_decode(image_bytes: bytes, source: str = "<bytes>") -> torch.Tensor:
     return torch.tensor(len(image_bytes))
 
 
-class TarShardDataset(IterableDataset, BadSampleHandling):
+class RawSampleDecoding(BadSampleHandling):
+    """Turns a :class:`RawSample` into a dataset item, for streaming datasets (tar shards,
+    and the LMDB and Parquet streams of :mod:`packlab.formats`): ``self.transform`` decodes,
+    ``self.return_key`` adds the key, and a corrupt image raises or is skipped."""
+
+    def _decoded(self, sample: RawSample):
+        """The item for one sample, or None when it was skipped."""
+        try:
+            image = self.transform(sample.image_bytes, sample.source)
+        except CorruptImageError as exc:
+            if not self.skipping:
+                raise
+            self._skip(sample.source, "corrupt image", exc)
+            return None
+        return (image, sample.label, sample.key) if self.return_key else (image, sample.label)
+
+
+class TarShardDataset(IterableDataset, RawSampleDecoding):
     """Samples from WebDataset-style tar shards, split between ranks and workers.
 
     ``shards`` is a list of paths/URLs or a brace pattern. Each epoch the shard order is
@@ -710,17 +727,6 @@ class TarShardDataset(IterableDataset, BadSampleHandling):
         rng = random.Random(f"shards-{self.seed}-{epoch}-{self.rank}-{worker_id}")
         endless = self._resampled(rng)
         return itertools.islice(endless, share), endless
-
-    def _decoded(self, sample: RawSample):
-        """The item for one sample, or None when it was skipped."""
-        try:
-            image = self.transform(sample.image_bytes, sample.source)
-        except CorruptImageError as exc:
-            if not self.skipping:
-                raise
-            self._skip(sample.source, "corrupt image", exc)
-            return None
-        return (image, sample.label, sample.key) if self.return_key else (image, sample.label)
 
     def __iter__(self):
         info = get_worker_info()
