@@ -54,9 +54,9 @@ data: setup
 
 # JupyterLab on the repository, on 127.0.0.1: a double-click opens a chapter or an exercise
 # (.md) as a notebook. Settings come from jupyterlab-settings/, installed into the
-# environment; workspaces and user settings live in _build/lab/ (packlab/lab.py).
+# environment; workspaces and user settings live in _build/lab/ (packlab/course/lab.py).
 lab: data
-	$(PY) -m packlab.lab
+	$(PY) -m packlab.course.lab
 
 # -W -n: warnings and broken references fail the build; --keep-going reports all of them first.
 book: data
@@ -64,17 +64,17 @@ book: data
 	@echo "open _build/html/index.html"
 
 exercises: setup
-	$(PY) -m packlab.exercises
+	$(PY) -m packlab.course.exercises
 
 grade: data
 	@test -n "$(NB)" || { echo "usage: make grade NB='exercises/01_jpeg_dataset.md [more notebooks]'"; exit 2; }
-	$(PY) -m packlab.grade $(NB)
+	$(PY) -m packlab.course.grade $(NB)
 
 # Every attendee's exercise notebooks under CLASS/<attendee>/exercises/, each in a fresh
 # kernel, into CLASS/gradebook.csv and a table (see instructor.md, "Grading the whole class").
 gradebook: data
 	@test -n "$(CLASS)" || { echo "usage: make gradebook CLASS=folder-with-one-folder-per-attendee"; exit 2; }
-	$(PY) -m packlab.grade --class $(CLASS)
+	$(PY) -m packlab.course.grade --class $(CLASS)
 
 # One check N times in a row in one process (of NB, by default the solution notebook), with
 # min/median/max wall time: looks for failures that show only now and then. Run it on an
@@ -82,16 +82,19 @@ gradebook: data
 CHECK ?= per_worker_zip
 N ?= 20
 grade-repeat: data
-	$(PY) -m packlab.grade --repeat $(N) --check $(CHECK) $(NB)
+	$(PY) -m packlab.course.grade --repeat $(N) --check $(CHECK) $(NB)
 
 # The instructors' book: the same book plus a part with the solution notebooks, executed.
+# It shares the attendees' book's execution cache, so after `make test` or `make book` it
+# executes only what neither has run (packlab/course/exercises.py, instructor_config).
 INSTRUCTOR := _build/instructor
 book-instructor: data
-	$(PY) -m packlab.exercises --instructor-toc $(INSTRUCTOR)/_toc.yml
-	$(VENV)/bin/jupyter-book build . -W -n --keep-going --toc $(INSTRUCTOR)/_toc.yml --path-output $(INSTRUCTOR)
+	$(PY) -m packlab.course.exercises --instructor $(INSTRUCTOR)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going --toc $(INSTRUCTOR)/_toc.yml --config $(INSTRUCTOR)/_config.yml \
+	  --path-output $(INSTRUCTOR)
 	@echo "open $(INSTRUCTOR)/_build/html/index.html"
 
-# Each notebook runs once: packlab.pytest_book_cache stores what nbval executed in the
+# Each notebook runs once: packlab.course.pytest_book_cache stores what nbval executed in the
 # book's cache, and the browser test (run last) builds the book from it.
 test: data
 	@rm -rf $(NBTEST)
@@ -101,7 +104,7 @@ test: data
 	done
 	$(PY) -m pytest tests $$(test -d $(NBTEST) && echo $(NBTEST)) \
 	  --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider \
-	  -p packlab.pytest_book_cache
+	  -p packlab.course.pytest_book_cache
 
 # Loader speed against the decode ceiling and the peers, the small-file penalty and the
 # packed formats (about 30 minutes on two cores).
@@ -109,7 +112,7 @@ test: data
 # BENCH_ARGS=--quick: the same on 600 images, to check that everything runs.
 BENCH_ARGS ?=
 bench: data
-	$(PY) -m packlab.bench $(BENCH_ARGS)
+	$(PY) -m packlab.course.benchmark $(BENCH_ARGS)
 
 clean:
 	rm -rf _build

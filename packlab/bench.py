@@ -16,11 +16,10 @@ Results print as a small table; several results side by side make a
 
 from __future__ import annotations
 
-import os
+import functools
 import statistics
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -223,10 +222,11 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
 # ------------------------------------------------ repeated, interleaved measurements
 #
 # On a shared machine one run of a measurement says little: the load changes from one
-# second to the next. A comparison the prose draws a conclusion from is therefore the
-# median of at least three runs, interleaved (A, B, A, B, A, B rather than A, A, A, B, B,
-# B) so that a busy minute hits every contender alike, with the range shown; when the
-# ranges overlap there is no clear difference.
+# second to the next. A comparison the prose draws a conclusion from is therefore made
+# of several runs of each contender, interleaved (A, B, A, B, ... rather than A, A, A,
+# B, B, B) so that a busy minute hits every contender alike, and it is called "clear"
+# only when an exact rank test says that such a split of the runs would rarely happen by
+# chance (see compare()).
 
 
 @dataclass(frozen=True)
@@ -284,11 +284,19 @@ class Spread:
     __str__ = format
 
 
-def interleaved(runs: dict[str, Callable[[], float]], rounds: int = 3) -> dict[str, Spread]:
+#: Rounds of :func:`interleaved` unless told otherwise: the fewest with which :func:`compare`
+#: can call a 1.3x difference clear most of the time (see its docstring).
+ROUNDS = 6
+
+
+def interleaved(runs: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, Spread]:
     """Call every function of ``runs`` once per round, in turn, for ``rounds`` rounds: ``{name: Spread}``.
 
     Each function returns one number (images/s, seconds, ...), e.g.
-    ``lambda: time_loader(make_loader(), epochs=1).images_per_s``.
+    ``lambda: time_loader(make_loader(), epochs=1).images_per_s``. The default of
+    :data:`ROUNDS` runs is what :func:`compare` needs to call a real 1.3x difference
+    clear; with fewer, it says "no clear difference" more often, and with fewer than
+    five it never says anything else.
     """
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
@@ -315,21 +323,110 @@ def seconds_of(fn: Callable[[], object]) -> Callable[[], float]:
     return measure
 
 
+#: The largest chance, for two contenders that do not differ at all, that :func:`compare`
+#: calls them clearly different anyway.
+FALSE_CLEAR_RATE = 0.02
+#: The smallest ratio of medians :func:`compare` calls clear, however consistent the runs.
+MIN_RATIO = 1.05
+
+
+def rank_statistic(a: Sequence[float], b: Sequence[float]) -> float:
+    """Mann-Whitney's U: of all pairs (one run of ``a``, one of ``b``), how many ``a`` won (ties count half)."""
+    return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in a for y in b)
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_statistic_counts(n: int, m: int) -> tuple[int, ...]:
+    """``counts[u]``: of the ``comb(n + m, n)`` ways to deal ``n + m`` distinct values into
+    groups of ``n`` and ``m``, how many give the first group a :func:`rank_statistic` of ``u``."""
+    # ways[i][j][u]: deals of the i + j smallest values, i of them to the first group, with U = u.
+    # The next value wins against every value already dealt to the other group.
+    ways = [[[0] * (n * m + 1) for _ in range(m + 1)] for _ in range(n + 1)]
+    ways[0][0][0] = 1
+    for i in range(n + 1):
+        for j in range(m + 1):
+            for u, count in enumerate(ways[i][j]):
+                if not count:
+                    continue
+                if i < n:
+                    ways[i + 1][j][u + j] += count
+                if j < m:
+                    ways[i][j + 1][u] += count
+    return tuple(ways[n][m])
+
+
+def chance_of_split(a: Sequence[float], b: Sequence[float]) -> float:
+    """How often runs of two equal contenders would be split at least as unevenly as ``a`` against ``b``.
+
+    If ``a`` and ``b`` measure the same thing, every way of dealing the pooled runs into
+    groups of ``len(a)`` and ``len(b)`` is equally likely. This is the share of those
+    deals whose :func:`rank_statistic` lies at least as far from the even split
+    (``len(a) * len(b) / 2``) as the observed one, in either direction: the exact,
+    two-sided p-value of the Mann-Whitney test. It assumes nothing about the shape of the
+    noise. Without ties the deals are counted once per group size; with ties they are
+    dealt one by one (up to 20,000 of them, beyond that the normal approximation is used).
+    """
+    from itertools import combinations
+    from math import comb, erfc, sqrt
+
+    n, m = len(a), len(b)
+    if not n or not m:
+        raise ValueError("both contenders need at least one run")
+    even = n * m / 2
+    distance = abs(rank_statistic(a, b) - even) - 1e-9
+    pooled = [*a, *b]
+    if len(set(pooled)) == n + m:
+        counts = _rank_statistic_counts(n, m)
+        return sum(c for u, c in enumerate(counts) if abs(u - even) >= distance) / comb(n + m, n)
+    if comb(n + m, n) <= 20_000:
+        hits = total = 0
+        for chosen in combinations(range(n + m), n):
+            picked = set(chosen)
+            group = [pooled[i] for i in chosen]
+            rest = [pooled[i] for i in range(n + m) if i not in picked]
+            hits += abs(rank_statistic(group, rest) - even) >= distance
+            total += 1
+        return hits / total
+    spread = sqrt(n * m * (n + m + 1) / 12)
+    return erfc(max(distance - 0.5, 0.0) / spread / sqrt(2))
+
+
 def compare(a: Spread, b: Spread) -> int:
-    """1 if ``a`` is clearly higher than ``b``, -1 if clearly lower, 0 if their ranges overlap."""
-    if a.overlaps(b):
+    """1 if ``a`` is clearly higher than ``b``, -1 if clearly lower, 0 if the runs cannot tell.
+
+    "Clearly" means two things at once:
+
+    * the runs are split so unevenly that two equal contenders would be split like that
+      at most :data:`FALSE_CLEAR_RATE` (2 %) of the time (:func:`chance_of_split`, an exact
+      rank test: no assumption about the noise, and one slow run moves it no more than
+      any other losing run);
+    * the medians differ by at least :data:`MIN_RATIO` (5 %): below that a difference
+      decides nothing about a loader, and printed as "1.0x" it reads as none.
+
+    Why six runs each (:data:`ROUNDS`): the rank test cannot reach 2 % with fewer than
+    five, and with five it needs a clean sweep, which a real 1.3x difference under 10 %
+    noise gives only about 78 % of the time; with six it may lose up to three of the 36
+    pairs, and finds the same difference about 90 % of the time while calling two equal
+    contenders different about 1.5 % of the time (``tests/test_bench.py`` simulates
+    both). The old rule, ranges of three runs that do not overlap, called equal
+    contenders different 10 % of the time.
+    """
+    if chance_of_split(a.values, b.values) > FALSE_CLEAR_RATE:
+        return 0
+    high, low = max(a.median, b.median), min(a.median, b.median)
+    if low <= 0 or high / low < MIN_RATIO:
         return 0
     return 1 if a.median > b.median else -1
 
 
 def verdict(a: Spread, b: Spread, more: str = "more", less: str = "less", same: str = "no clear difference") -> str:
-    """How ``a`` compares with ``b``, in the caller's words: ``same`` when the ranges overlap (see :func:`compare`)."""
+    """How ``a`` compares with ``b``, in the caller's words: ``same`` unless :func:`compare` calls it clear."""
     return {1: more, -1: less, 0: same}[compare(a, b)]
 
 
 def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
     """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
-    or ``"no clear difference"`` when the ranges overlap (see :func:`compare`)."""
+    or ``"no clear difference"`` unless :func:`compare` calls it clear."""
     direction = compare(a, b)
     if direction == 0:
         return "no clear difference"
@@ -346,16 +443,6 @@ def spread_table(spreads: dict[str, Spread], quantity: str = "images/s", fmt: st
     ])
 
 
-# ---------------------------------------------------------- the benchmark suite (make bench)
-#
-# `python -m packlab.bench` (what `make bench` runs) measures, in one process tree and one
-# run: the decode ceiling of one core and of all cores at once; every loader of the course
-# and its modern peers (webdataset, torchdata.nodes, SPDL) on the same shards with the same
-# transform and batch size, three epochs each, interleaved; the worker-count sweep of the
-# course's loaders; the small-file penalty; and any extra section registered in SECTIONS.
-# It prints a table and writes _build/bench/bench.json and _build/bench/bench.png.
-# `--quick` runs the same on a few hundred images, to check that everything runs.
-
 @contextmanager
 def torch_threads(count: int):
     """Run a block with torch's intra-op thread pool set to ``count`` threads, then restore it."""
@@ -366,682 +453,3 @@ def torch_threads(count: int):
     finally:
         torch.set_num_threads(before)
 
-
-def measure_ceiling(encoded: Sequence[bytes], transform: Callable | None = None) -> float:
-    """Images/s of decode + the standard transform on JPEG bytes already in memory.
-
-    One process, one torch thread: what one core can do when nothing else (files,
-    workers, batching) costs anything. A loader with ``n`` workers on ``n`` free cores
-    can at best approach ``n`` times this.
-    """
-    from packlab.transforms import standard_transform
-
-    transform = transform or standard_transform
-    with torch_threads(1):
-        start = time.perf_counter()
-        for blob in encoded:
-            transform(blob)
-        return len(encoded) / (time.perf_counter() - start)
-
-
-def _decode_share(share: Sequence[bytes], barrier, results) -> None:
-    """One process of :func:`measure_parallel_ceiling`: wait for the others, then decode its share."""
-    from packlab.transforms import standard_transform
-
-    torch.set_num_threads(1)
-    barrier.wait()
-    start = time.monotonic()  # the same clock in every process (CLOCK_MONOTONIC)
-    for blob in share:
-        standard_transform(blob)
-    results.put((start, time.monotonic(), len(share)))
-
-
-def measure_parallel_ceiling(encoded: Sequence[bytes], processes: int) -> float:
-    """Images/s of ``processes`` processes decoding (+ standard transform) at the same time.
-
-    Each process takes every ``processes``-th image, all start together (a barrier), and
-    the rate is all images over the time from the first start to the last finish. This is
-    what the cores deliver together when nothing crosses a process boundary: an upper
-    bound for any loader with that many workers, usually a little below ``processes``
-    times :func:`measure_ceiling` (shared caches, memory bandwidth, clock boost).
-    """
-    import multiprocessing
-
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
-    barrier, results = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_decode_share, args=(encoded[i::processes], barrier, results), daemon=True)
-               for i in range(processes)]
-    for worker in workers:
-        worker.start()
-    spans = [results.get(timeout=3600) for _ in workers]
-    for worker in workers:
-        worker.join()
-    return sum(n for _, _, n in spans) / (max(end for _, end, _ in spans) - min(start for start, _, _ in spans))
-
-
-def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:
-    """Seconds per image to fill a batch in fresh shared, fresh private and reused memory.
-
-    A DataLoader worker builds every batch in a new shared-memory block; the kernel must
-    supply (and zero) its pages, one page fault per 4 kB, before the worker can write
-    them, and unmap them when the batch is freed. This measures that, per image of the
-    standard 3x256x256 float batch, next to writing into memory that is already mapped,
-    private (a thread loader's recycled buffer) or shared (a recycling process loader's).
-    The kinds are interleaved ``repeats`` times; ``<kind>_s_per_image`` is the median,
-    ``ranges`` the min and max.
-    """
-    from packlab.loaders.recycling import shared_float_tensor
-    from packlab.transforms import IMAGE_SIZE
-
-    shape = (batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)
-    reused_private = torch.zeros(shape)
-    reused_shared = shared_float_tensor(shape).zero_()
-    kinds = {"fresh_shared": lambda: shared_float_tensor(shape), "fresh_private": lambda: torch.empty(shape),
-             "reused": lambda: reused_private, "reused_shared": lambda: reused_shared}
-    times: dict[str, list[float]] = {kind: [] for kind in kinds}
-    with torch_threads(1):
-        for _ in range(repeats):
-            for kind, make in kinds.items():
-                start = time.perf_counter()
-                make().fill_(0.5)  # a fresh batch is also freed (unmapped) inside the timed region
-                times[kind].append((time.perf_counter() - start) / batch_size)
-    out: dict = {f"{kind}_s_per_image": statistics.median(t) for kind, t in times.items()}
-    out["ranges"] = {kind: [min(t), max(t)] for kind, t in times.items()}
-    return out
-
-
-# -------------------------------------------------------------- where the CPU time goes
-
-
-def busy_core_seconds() -> float | None:
-    """CPU seconds spent so far by everything on this machine (Linux ``/proc/stat``), or None elsewhere."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def timed_epoch(loader: Iterable, name: str) -> dict:
-    """One epoch through :func:`time_loader`, with the CPU time this process and the machine spent on it."""
-    own, busy = time.process_time(), busy_core_seconds()
-    result = time_loader(loader, epochs=1, name=name)
-    busy_after = busy_core_seconds()
-    return {
-        "images": result.images_per_epoch,
-        "seconds": result.epoch_seconds[0],
-        "images_per_s": result.images_per_s,
-        "first_batch_seconds": result.first_batch_seconds,
-        "main_cpu_s": time.process_time() - own,  # this process, all its threads
-        "busy_core_s": None if busy is None else busy_after - busy,  # every process on the machine
-    }
-
-
-def where_the_time_goes(epoch: dict, parallel_ceiling: float, cores: int) -> dict:
-    """Core-milliseconds per image of one epoch: decoding, other work, and idle cores.
-
-    At ``rate`` images/s, ``cores`` cores offer ``cores / rate`` core-seconds per image.
-    The parallel ceiling needs ``cores / parallel_ceiling`` of them to decode; whatever
-    else was busy (reading, batching, handing batches over, the main process) is extra
-    work, and the rest is cores standing idle (start-up, waiting for a batch, threads
-    waiting for the GIL). ``limited_by`` names the larger of the two losses. Busy time is
-    the machine's: other programs running at the same time count as extra work.
-    """
-    per_image = 1e3 / epoch["images"]
-    budget = cores * 1e3 / epoch["images_per_s"]
-    decode = cores * 1e3 / parallel_ceiling
-    out = {
-        "core_ms_per_image": budget,
-        "decode_core_ms_per_image": decode,
-        "main_process_cpu_ms_per_image": epoch["main_cpu_s"] * per_image,
-        "busy_core_ms_per_image": None,
-        "extra_work_core_ms_per_image": None,
-        "idle_core_ms_per_image": None,
-    }
-    if epoch["busy_core_s"] is None:
-        out["limited_by"] = "unknown: machine-wide CPU time is read from /proc/stat, which this system lacks"
-        return out
-    busy = epoch["busy_core_s"] * per_image
-    extra, idle = busy - decode, budget - busy
-    out.update(busy_core_ms_per_image=busy, extra_work_core_ms_per_image=extra, idle_core_ms_per_image=idle)
-    if idle >= extra:
-        out["limited_by"] = (f"idle cores: {idle:.2f} core-ms per image unused (start-up, waiting for batches, "
-                             f"threads waiting for the GIL), against {extra:.2f} of work beyond decoding")
-    else:
-        out["limited_by"] = (f"work beyond decoding: {extra:.2f} core-ms per image on top of the ceiling's "
-                             f"{decode:.2f} (reading, batching, the hand-over; the main process used "
-                             f"{out['main_process_cpu_ms_per_image']:.2f}), against {idle:.2f} idle")
-    return out
-
-
-# -------------------------------------------------------------- the loaders and their peers
-
-
-#: Which loaders are the course's own and which are peers; "variant" rows explain a ratio.
-OURS, PEER, VARIANT = "ours", "peer", "variant"
-#: The course's original loaders, also swept over worker counts.
-SWEPT = ("JPEG folder", "zip, per-worker handle", "tar shards (ours)", "webdataset")
-
-
-def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, seed: int = 0) -> dict:
-    """name -> ``(group, make(workers))``: every loader of the benchmark, all giving standard float batches.
-
-    All use the same transform: decode and resize to uint8 with Pillow, then one float
-    conversion per batch (:func:`packlab.loaders.batching.collate_uint8_images`, or the
-    same arithmetic straight into a batch buffer). Map-style loaders read in shuffled
-    order, shard readers shuffle in a buffer of 1,000 samples. ``tar, per-sample float``
-    converts per sample and stacks with the default collate, to show what batching buys.
-    """
-    from torch.utils.data import DataLoader
-
-    from packlab.loaders import JpegFolderDataset, RecyclingLoader, TarShardDataset, ThreadLoader, ZipDataset
-    from packlab.loaders.batching import collate_uint8_images
-    from packlab.loaders.peers import SpdlPipelineLoader, TorchdataNodesLoader
-    from packlab.loaders.with_webdataset import webdataset_loader
-    from packlab.transforms import decode_and_resize
-
-    def context(workers):
-        return "fork" if workers else None
-
-    def order():
-        return torch.Generator().manual_seed(seed)
-
-    def shuffled(dataset, workers):
-        return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=order(), num_workers=workers,
-                          collate_fn=collate_uint8_images, multiprocessing_context=context(workers))
-
-    def tar_dataset(fast=True):
-        return TarShardDataset(shards, shuffle_buffer=1000, seed=seed,
-                               **({"transform": decode_and_resize} if fast else {}))
-
-    def tar(workers, fast=True):
-        return DataLoader(tar_dataset(fast), batch_size=batch_size, num_workers=workers,
-                          multiprocessing_context=context(workers),
-                          **({"collate_fn": collate_uint8_images} if fast else {}))
-
-    def zip_dataset():
-        return ZipDataset(zip_path, transform=decode_and_resize)
-
-    return {
-        "JPEG folder": (OURS, lambda w: shuffled(JpegFolderDataset(root, transform=decode_and_resize), w)),
-        "zip, per-worker handle": (OURS, lambda w: shuffled(zip_dataset(), w)),
-        "tar shards (ours)": (OURS, tar),
-        "threads, zip": (OURS, lambda w: ThreadLoader(zip_dataset(), batch_size=batch_size, threads=max(1, w),
-                                                      shuffle=True, generator=order())),
-        "threads, tar shards": (OURS, lambda w: ThreadLoader(tar_dataset(), batch_size=batch_size, threads=max(1, w))),
-        "recycling, zip": (OURS, lambda w: RecyclingLoader(zip_dataset(), batch_size=batch_size, workers=max(1, w),
-                                                           shuffle=True, generator=order(),
-                                                           multiprocessing_context="fork")),
-        "recycling, tar shards": (OURS, lambda w: RecyclingLoader(tar_dataset(), batch_size=batch_size,
-                                                                  workers=max(1, w), multiprocessing_context="fork")),
-        "webdataset": (PEER, lambda w: webdataset_loader(
-            shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=False,
-            transform=decode_and_resize, collation_fn=collate_uint8_images)),
-        "torchdata.nodes, threads": (PEER, lambda w: TorchdataNodesLoader(shards, w, "thread", batch_size, seed)),
-        "torchdata.nodes, processes": (PEER, lambda w: TorchdataNodesLoader(shards, w, "process", batch_size, seed,
-                                                                                     multiprocessing_context="fork")),
-        "SPDL, threads": (PEER, lambda w: SpdlPipelineLoader(shards, w, batch_size, seed)),
-        "tar, per-sample float": (VARIANT, lambda w: tar(w, fast=False)),
-    }
-
-
-def small_file_penalty(
-    root=None,
-    model=None,
-    workers: int | None = None,
-    folder_files: int = 2000,
-    shards: int | None = None,
-    cold_level: str | None = None,
-) -> dict:
-    """Reading speed (files/s, no decode) of a JPEG folder, a zip and tar shards on slow storage.
-
-    Two kinds of slow: *cold* (real disk reads after :func:`packlab.storage.make_cold` at
-    ``cold_level``, by default the strongest level this process may use; ``"cold_level"``
-    in the result says which) and *modelled* (:class:`packlab.storage.NetworkFSModel`, the
-    same delays applied to every loader through its ``opener``). Decoding is left out on
-    purpose (the transform only counts bytes): this measures the storage pattern, which
-    decode time would otherwise hide on a machine with few cores. The folder and the zip
-    are read in shuffled order, as a training epoch reads them; the shards in order. The
-    folder reads only its first ``folder_files`` files under the model (it is slow there;
-    the rate is what counts). ``shards`` reads only the first that many tar shards, and the
-    folder and the zip only the samples those hold, so a chapter can repeat the whole
-    measurement in less time. Returns measured rates, the model's parameters and its prediction.
-    """
-    from torch.utils.data import DataLoader
-
-    from packlab import data, pack, storage
-    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
-    from packlab.loaders.tar import skip_decode
-
-    workers = data.available_cores() if workers is None else workers
-    model = model or storage.NetworkFSModel()
-    manifest = data.load_manifest(root)
-    all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), workers),
-                                                           root=root, progress=False)]
-    zip_path = pack.ensure_zip(root=root, progress=False)
-    shards = all_shards if shards is None else all_shards[:shards]
-    if len(shards) < len(all_shards):  # the same samples in every layout: those of the shards read
-        held = _keys_in_shards(shards)
-        manifest = [s for s in manifest if s.key in held]
-
-    def rate(dataset, batch_size=64) -> float:
-        # Map-style datasets are read in shuffled order, as in training; tar shards in order, as designed.
-        shuffle = not isinstance(dataset, torch.utils.data.IterableDataset)
-        generator = torch.Generator().manual_seed(0)
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
-                            num_workers=workers, multiprocessing_context="fork" if workers else None)
-        return time_loader(loader, epochs=1).images_per_s
-
-    def folder(keys, opener=None):
-        return JpegFolderDataset(root, keys=keys, transform=skip_decode, **({"opener": opener} if opener else {}))
-
-    out: dict = {"workers": workers, "images": len(manifest), "model": asdict(model), "model_text": model.describe()}
-    all_keys = [s.key for s in manifest]
-    some_keys = all_keys[:folder_files]
-
-    # Cold: make the files cold, read once (every file), and compare with the same read warm.
-    level = cold_level if cold_level is not None else (storage.cold_levels() or [None])[-1]
-    out["cold_level"] = level
-    if level is not None:
-        images = [data.image_path(k, root) for k in all_keys]
-        cold = {}
-        storage.make_cold(images, level)
-        cold["folder_cold"] = rate(folder(all_keys))
-        cold["folder_warm"] = rate(folder(all_keys))
-        storage.make_cold([zip_path], level)
-        cold["zip_cold"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
-        cold["zip_warm"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
-        storage.make_cold(shards, level)
-        cold["tar_cold"] = rate(TarShardDataset(shards, transform=skip_decode))
-        cold["tar_warm"] = rate(TarShardDataset(shards, transform=skip_decode))
-        out["cold_files_per_s"] = cold
-    else:
-        out["cold_files_per_s"] = None
-
-    modelled = {
-        "folder": rate(folder(some_keys, opener=model.open)),
-        "zip": rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
-        "tar": rate(TarShardDataset(shards, transform=skip_decode, opener=model.open)),
-    }
-    out["modelled_files_per_s"] = modelled
-    out["tar_vs_folder_modelled"] = modelled["tar"] / modelled["folder"]
-    prediction = storage.predict_reading(model, [s.bytes for s in manifest], [os.path.getsize(p) for p in shards])
-    out["predicted_files_per_s"] = {
-        layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
-    }
-    return out
-
-
-def _keys_in_shards(shards: Sequence[str]) -> set[str]:
-    """The keys of the samples the given tar shards hold (read from their headers alone)."""
-    import tarfile
-
-    from packlab.loaders.tar import IMAGE_EXTENSION, split_key
-
-    keys = set()
-    for shard in shards:
-        with tarfile.open(shard, mode="r:") as tar:
-            keys.update(split_key(m.name)[0] for m in tar if m.isfile() and split_key(m.name)[1] == IMAGE_EXTENSION)
-    return keys
-
-
-def _shard_size(images: int, max_workers: int) -> int:
-    """The course's 1,000 samples a shard, or fewer when a small dataset would give a worker no shard."""
-    return max(1, min(1000, images // (2 * max(1, max_workers))))
-
-
-def workers_or_one(workers: int) -> int:
-    """Readers working in parallel: the workers, or the main process when there are none."""
-    return max(1, workers)
-
-
-# -------------------------------------------------------------- the run
-
-
-#: What the benchmark aims for; where a goal is missed, bench.json records what limits it.
-GOALS = {"best_vs_ceiling": 0.90, "ours_vs_best_peer": 1.15}
-
-
-def _small_files_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
-    log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
-    out = small_file_penalty(root, folder_files=200 if quick else 2000)
-    out["summary"] = (f"files/s under the model: " + ", ".join(f"{k} {v:.0f}" for k, v in out["modelled_files_per_s"].items())
-                      + f"; tar/folder {out['tar_vs_folder_modelled']:.1f}x")
-    return out
-
-
-#: Sections run after the loaders: name -> ``section(root=..., quick=..., log=...)`` returning a
-#: JSON-able dict, stored in bench.json under its name (a ``summary`` string, if any, is printed).
-#: A module adds its own with ``SECTIONS["name"] = function``; ``--skip name`` leaves one out.
-SECTIONS: dict[str, Callable[..., dict]] = {"small_files": _small_files_section}
-
-
-def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
-    """Chapter 9: every packed format side by side (:mod:`packlab.formats.bench`)."""
-    from packlab.formats.bench import format_formats, measure_formats
-
-    log("other formats: size, write time and read rates of every layout, 3 rounds")
-    out = measure_formats(root=root, log=lambda message: log(f"  {message}"))
-    out["summary"] = format_formats(out)
-    return out
-
-
-SECTIONS["formats"] = _formats_section
-
-
-def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
-    """One loader's epochs: median, range, and where the time went in its median epoch."""
-    rates = [e["images_per_s"] for e in epochs]
-    median_epoch = sorted(epochs, key=lambda e: e["images_per_s"])[(len(epochs) - 1) // 2]
-    median = statistics.median(rates)
-    return {
-        "loader": name, "group": group, "workers": workers,
-        "median_images_per_s": median, "min_images_per_s": min(rates), "max_images_per_s": max(rates),
-        "vs_parallel_ceiling": median / parallel_ceiling,
-        "epochs": epochs,
-        "where_the_time_goes": where_the_time_goes(median_epoch, parallel_ceiling, cores),
-    }
-
-
-def quick_root(images: int = 600, out_dir=None, source=None):
-    """A data root holding the first ``images`` samples of the dataset at ``source`` (for ``--quick``).
-
-    Files are hard-linked where the filesystem allows (copied otherwise); the zip and
-    shards the benchmark needs are written into it on first use, as for the full dataset.
-    """
-    import shutil
-    from pathlib import Path
-
-    from packlab import data, paths
-
-    folder = Path(out_dir if out_dir is not None else paths.build_dir() / "bench") / f"quick-data-{images}"
-    samples = data.load_manifest(source)[:images]
-    if paths.manifest_path(folder).exists() and data.load_manifest(folder) == samples:
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    paths.images_dir(folder).mkdir(parents=True)
-    for sample in samples:
-        original, copy = data.image_path(sample.key, source), data.image_path(sample.key, folder)
-        try:
-            os.link(original, copy)
-        except OSError:
-            shutil.copyfile(original, copy)
-    data._write_csv(paths.labels_path(folder), ("key", "label"), [(s.key, s.label) for s in samples])
-    data._write_csv(paths.manifest_path(folder), data.MANIFEST_FIELDS, samples)  # last: marks the root complete
-    return folder
-
-
-def run_benchmark(
-    root=None,
-    worker_counts: Sequence[int] | None = None,
-    out_dir=None,
-    log: Callable[[str], None] = print,
-    epochs: int = 3,
-    quick: bool = False,
-    ceiling_images: int = 2000,
-    loaders: Sequence[str] | None = None,
-    sections: Sequence[str] | None = None,
-) -> dict:
-    """Run the benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
-
-    Every loader (``loaders``: a subset of names, default all) reads the whole dataset at
-    ``workers = cores`` for ``epochs`` epochs, interleaved: one epoch of each loader in
-    turn, the two decode ceilings before each turn, the starting loader rotating. Each
-    reports its median and range. Then the course's original loaders (:data:`SWEPT`) run
-    one epoch at each other count in ``worker_counts`` (default ``{0, 1, 2 x cores}``;
-    none with ``quick``), then every section of :data:`SECTIONS` (``sections``: a
-    subset). Keys of ``bench.json``:
-
-    * ``ceiling_images_per_s_per_core``: decode + standard transform in memory, one process;
-      ``parallel_ceiling``: ``cores`` processes doing that at once (:func:`measure_parallel_ceiling`);
-    * ``loaders``: per loader the epochs, median, min and max images/s, and
-      :func:`where_the_time_goes` in its median epoch;
-    * ``best_vs_ceiling``: our best loader's median / the parallel ceiling;
-      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL);
-    * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
-      the time accounting that says what held the loader back;
-    * ``batch_memory``: filling a batch in fresh against reused memory (per image);
-    * ``ratios``: between loaders (ours against webdataset, what batching, threads and recycling buy).
-    """
-    import json
-    import platform
-    from pathlib import Path
-
-    from packlab import data, pack, paths
-
-    cores = data.available_cores()
-    out_dir = Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    manifest = data.load_manifest(root)
-    sweep_counts = sorted(set(worker_counts if worker_counts is not None else ([] if quick else [0, 1, 2 * cores]))
-                          - {cores})
-    started = time.perf_counter()
-    results: dict = {
-        "machine": {"cores": cores, "python": platform.python_version(), "torch": torch.__version__,
-                    "load_average_before": _load_average()},
-        "images": len(manifest),
-        "settings": {"epochs": epochs, "workers": cores, "batch_size": 64, "quick": quick,
-                     "ceiling_images": min(ceiling_images, len(manifest))},
-        "goals_set": GOALS,
-    }
-
-    encoded = [data.image_path(s.key, root).read_bytes() for s in manifest[:ceiling_images]]
-    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=_shard_size(len(manifest), max([cores, *sweep_counts])),
-                                                       root=root, progress=False)]
-    zip_path = pack.ensure_zip(root=root, progress=False)
-    factories = loader_factories(root, shards, zip_path)
-    if loaders is not None:
-        unknown = set(loaders) - set(factories)
-        if unknown:
-            raise ValueError(f"unknown loaders {sorted(unknown)}; known: {list(factories)}")
-        factories = {name: factories[name] for name in loaders}
-    log(f"{len(manifest):,} images, {len(shards)} shards, {cores} cores; {len(factories)} loaders x {epochs} epochs, "
-        "interleaved, each turn after the two decode ceilings")
-
-    # 2 x cores workers is one of the measured settings; torch's warning about it says nothing new here.
-    warnings.filterwarnings("ignore", message="This DataLoader will create")
-    single, parallel = [], []
-    epochs_of: dict[str, list[dict]] = {name: [] for name in factories}
-    with torch_threads(1):  # the main process collects batches (or runs the threads): no intra-op threads
-        made = {name: make(cores) for name, (_, make) in factories.items()}
-        names = list(made)
-        for turn in range(epochs):
-            single.append(measure_ceiling(encoded))
-            parallel.append(measure_parallel_ceiling(encoded, cores))
-            log(f"turn {turn + 1}/{epochs}: decode ceiling {single[-1]:.0f} images/s on one core, "
-                f"{parallel[-1]:.0f} on {cores} at once")
-            for name in names[turn % len(names):] + names[: turn % len(names)]:
-                epoch = timed_epoch(made[name], name)
-                epochs_of[name].append(epoch)
-                log(f"  {name:28s} {epoch['images_per_s']:7.0f} images/s")
-        del made
-        ceiling, parallel_ceiling = statistics.median(single), statistics.median(parallel)
-        results.update(ceiling_images_per_s_per_core=ceiling, ceiling_runs=single,
-                       parallel_ceiling=parallel_ceiling, parallel_ceiling_runs=parallel,
-                       ceiling_scaling=parallel_ceiling / (ceiling * cores))
-        rows = [_summarise(name, factories[name][0], cores, runs, parallel_ceiling, cores)
-                for name, runs in epochs_of.items()]
-        results["loaders"] = rows
-        sweep = []
-        for name in (n for n in SWEPT if n in factories):
-            for workers in sweep_counts:
-                epoch = timed_epoch(factories[name][1](workers), name)
-                sweep.append({"loader": name, "workers": workers, **epoch})
-                log(f"  sweep {name:22s} workers={workers}: {epoch['images_per_s']:7.0f} images/s")
-        results["sweep"] = sweep
-    results["batch_memory"] = batch_memory_seconds()
-    results.update(_goals(rows, parallel_ceiling))
-    results["ratios"] = _ratios(rows)
-
-    for name, section in SECTIONS.items():
-        if sections is None or name in sections:
-            results[name] = section(root=root, quick=quick, log=log)
-    results["machine"]["load_average_after"] = _load_average()
-    results["wall_seconds"] = time.perf_counter() - started
-
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
-    _plot_benchmark(results).savefig(out_dir / "bench.png", dpi=120)
-    log("")
-    log(format_benchmark(results))
-    log(f"\nwrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'} ({results['wall_seconds']:.0f} s)")
-    return results
-
-
-def _goals(rows: list[dict], parallel_ceiling: float) -> dict:
-    """``best_vs_ceiling``, ``ours_vs_best_peer`` and ``goals`` (each with its limit when missed)."""
-
-    def best(group):
-        members = [r for r in rows if r["group"] == group]
-        return max(members, key=lambda r: r["median_images_per_s"]) if members else None
-
-    ours, peer = best(OURS), best(PEER)
-    out: dict = {"best_vs_ceiling": None, "ours_vs_best_peer": None, "goals": {}}
-    if ours is None:
-        return out
-    out["best_vs_ceiling"] = ours["median_images_per_s"] / parallel_ceiling
-    reached = out["best_vs_ceiling"] >= GOALS["best_vs_ceiling"]
-    out["goals"]["best_vs_ceiling"] = {
-        "goal": GOALS["best_vs_ceiling"], "measured": out["best_vs_ceiling"], "reached": reached,
-        "ours": ours["loader"], "limit": None if reached else ours["where_the_time_goes"],
-    }
-    if peer is not None:
-        out["ours_vs_best_peer"] = ours["median_images_per_s"] / peer["median_images_per_s"]
-        reached = out["ours_vs_best_peer"] >= GOALS["ours_vs_best_peer"]
-        out["goals"]["ours_vs_best_peer"] = {
-            "goal": GOALS["ours_vs_best_peer"], "measured": out["ours_vs_best_peer"], "reached": reached,
-            "ours": ours["loader"], "peer": peer["loader"],
-            # Overlapping ranges: the runs do not separate the two clearly.
-            "ranges_overlap": ours["min_images_per_s"] <= peer["max_images_per_s"],
-            "limit": None if reached else {"ours": ours["where_the_time_goes"], "peer": peer["where_the_time_goes"]},
-        }
-    return out
-
-
-def _ratios(rows: list[dict]) -> dict:
-    """Ratios between loaders that each answer a question (each loader's ratio to the ceiling is in its row)."""
-    median = {r["loader"]: r["median_images_per_s"] for r in rows}
-    out = {}
-    for ratio, (a, b) in {"tar_vs_webdataset": ("tar shards (ours)", "webdataset"),
-                          "batching_gain": ("tar shards (ours)", "tar, per-sample float"),
-                          "recycling_vs_dataloader_tar": ("recycling, tar shards", "tar shards (ours)"),
-                          "threads_vs_dataloader_tar": ("threads, tar shards", "tar shards (ours)")}.items():
-        if a in median and b in median:
-            out[ratio] = median[a] / median[b]
-    return out
-
-
-def _plot_benchmark(results: dict):
-    import matplotlib.pyplot as plt
-
-    from packlab import plots
-
-    cores, rows = results["machine"]["cores"], results["loaders"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.9 + 0.45 * max(8, len(rows))),
-                                      gridspec_kw={"width_ratios": [3, 2]})
-    ordered = sorted(rows, key=lambda r: -r["median_images_per_s"])
-    plots.plot_rates_with_ranges(
-        [{"name": r["loader"], "median": r["median_images_per_s"], "low": r["min_images_per_s"],
-          "high": r["max_images_per_s"], "group": r["group"]} for r in ordered],
-        lines={f"{cores} processes decoding at once": results["parallel_ceiling"],
-               f"one core's decode x {cores}": results["ceiling_images_per_s_per_core"] * cores},
-        ax=left, title=f"{results['images']:,} images, {cores} workers, median of {results['settings']['epochs']} epochs",
-    )
-    series: dict[str, dict[int, float]] = {}
-    for row in results["sweep"]:
-        series.setdefault(row["loader"], {})[row["workers"]] = row["images_per_s"]
-    for row in rows:
-        if row["loader"] in SWEPT:
-            series.setdefault(row["loader"], {})[cores] = row["median_images_per_s"]
-    plots.plot_throughput_vs_workers(series, ceiling=results["parallel_ceiling"], ax=right,
-                                     title="The course's loaders against workers",
-                                     ceiling_label=f"{cores} processes decoding at once")
-    fig.tight_layout()
-    return fig
-
-
-def _load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def format_benchmark(results: dict) -> str:
-    """The benchmark's results as plain text: the loaders' table, the ceilings, the goals and what limits them."""
-    cores = results["machine"]["cores"]
-    rows = sorted(results["loaders"], key=lambda r: -r["median_images_per_s"])
-    width = max(len(r["loader"]) for r in rows)
-    lines = [f"images/s, full epochs of {results['images']:,} images at {cores} workers "
-             f"(median of {results['settings']['epochs']}, start-up included)",
-             f"{'loader'.ljust(width)}  {'group':8} {'median':>7} {'min-max':>11} {'/ceiling':>8}"]
-    for r in rows:
-        lines.append(f"{r['loader'].ljust(width)}  {r['group']:8} {r['median_images_per_s']:7.0f} "
-                     f"{r['min_images_per_s']:5.0f}-{r['max_images_per_s']:<5.0f} {r['vs_parallel_ceiling']:8.2f}")
-    if results["sweep"]:
-        lines.append("sweep: " + ", ".join(f"{r['loader']} {r['workers']}w {r['images_per_s']:.0f}" for r in results["sweep"]))
-    lines.append(f"decode ceiling: {results['ceiling_images_per_s_per_core']:.0f} images/s on one core; "
-                 f"{results['parallel_ceiling']:.0f} with {cores} processes at once "
-                 f"({results['ceiling_scaling']:.2f} of {cores} x one core)")
-    memory = results["batch_memory"]
-    lines.append("filling a batch, ms per image: fresh shared memory {:.2f}, fresh private {:.2f}, "
-                 "reused private {:.2f}, reused shared {:.2f}".format(
-                     *(memory[f"{k}_s_per_image"] * 1e3 for k in ("fresh_shared", "fresh_private", "reused",
-                                                                  "reused_shared"))))
-    for name, goal in results["goals"].items():
-        who = goal["ours"] + (f" / {goal['peer']}" if "peer" in goal else "")
-        lines.append(f"{name} = {goal['measured']:.2f} ({who}); goal {goal['goal']:.2f}: "
-                     + ("reached" if goal["reached"] else "not reached"))
-        if goal.get("ranges_overlap"):
-            lines.append("  the two loaders' ranges overlap: no clear difference between them in this run")
-        limit = goal["limit"]
-        if limit:
-            for who, part in ({"ours": limit} if "limited_by" in limit else limit).items():
-                lines.append(f"  limit ({who}): {part['limited_by']}")
-    lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items()))
-    small = results.get("small_files")
-    if small:
-        lines.append(f"small files ({small['workers']} workers, no decode), files/s under the model "
-                     f"[{small['model_text']}]: " + ", ".join(f"{k} {v:.0f}" for k, v in small["modelled_files_per_s"].items())
-                     + f"; tar/folder {small['tar_vs_folder_modelled']:.1f}x")
-        if small["cold_files_per_s"]:
-            lines.append(f"  cold ({small.get('cold_level')}) vs warm, files/s: " + ", ".join(
-                f"{k} {v:.0f}" for k, v in small["cold_files_per_s"].items()))
-    if results.get("formats"):
-        from packlab.formats.bench import format_formats
-
-        lines.append(format_formats(results["formats"]))
-    for name in SECTIONS:
-        if name in ("small_files", "formats"):
-            continue  # printed above
-        if isinstance(results.get(name), dict):
-            lines.append(f"{name}: {results[name].get('summary', '(see bench.json)')}")
-    load = results["machine"]
-    lines.append(f"load average before {load['load_average_before']}, after {load['load_average_after']} "
-                 f"on {cores} cores: well above {cores} means other programs competed and every figure is low")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m packlab.bench", description=run_benchmark.__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="the whole benchmark on the first --images images: checks that it runs, in minutes")
-    parser.add_argument("--images", type=int, default=600, help="images for --quick (default 600)")
-    parser.add_argument("--epochs", type=int, default=3, help="interleaved epochs per loader (default 3)")
-    parser.add_argument("--workers", type=int, nargs="*", help="worker counts of the sweep (default: 0 1 2xcores)")
-    parser.add_argument("--loaders", nargs="*", help="only these loaders (names as in the table)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=list(SECTIONS), help="sections to leave out")
-    parser.add_argument("--out", help="output folder (default: _build/bench)")
-    args = parser.parse_args(argv)
-    root = quick_root(args.images, args.out) if args.quick else None
-    run_benchmark(root=root, worker_counts=args.workers, out_dir=args.out, epochs=args.epochs, quick=args.quick,
-                  loaders=args.loaders, sections=[name for name in SECTIONS if name not in args.skip])
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

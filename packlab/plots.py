@@ -265,7 +265,7 @@ def plot_step_timeline(timelines: Mapping[str, Sequence[tuple[float, float]]], a
 def plot_small_file_penalty(penalty: Mapping, ax=None):
     """Files read per second (log scale) by each layout: warm, cold and under the network model.
 
-    ``penalty`` is what :func:`packlab.bench.small_file_penalty` returns; bars come from its
+    ``penalty`` is what :func:`packlab.course.benchmark.small_file_penalty` returns; bars come from its
     measured rates, and a black tick marks the model's prediction where there is one.
     """
     fig, ax = _fig_ax(ax, figsize=(9, 3.8))

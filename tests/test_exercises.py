@@ -8,7 +8,7 @@
 
 The notebooks' code cells are executed here the way a kernel executes them: as
 ``__main__``, with each cell's source registered in :mod:`linecache` under its own file
-name (:func:`packlab.grade.run_cells_as_main`), so the checks rebuild classes for spawn
+name (:func:`packlab.course.grade.run_cells_as_main`), so the checks rebuild classes for spawn
 workers from their cell, as in Jupyter.
 """
 
@@ -21,7 +21,8 @@ import textwrap
 
 import pytest
 
-from packlab import exercises, grade, grading, paths
+from packlab import paths
+from packlab.course import exercises, grade, grading
 
 ROOT = paths.repo_root()
 SOLUTIONS = exercises.solution_notebooks()
@@ -137,6 +138,20 @@ def test_instructor_toc_adds_the_solutions_after_the_exercises():
         assert f"exercises/{path.stem}" in files(toc["parts"][exercises_at]), f"{path.stem} is missing from _toc.yml"
 
 
+def test_the_instructors_book_shares_the_attendees_execution_cache(tmp_path):
+    """`make book-instructor` after `make test` must find every notebook nbval ran, not execute it again."""
+    import yaml
+
+    from packlab.course import pytest_book_cache
+
+    assert exercises.main(["--instructor", str(tmp_path)]) == 0
+    written = yaml.safe_load((tmp_path / "_config.yml").read_text())
+    book = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert written["execute"].pop("cache") == str((ROOT / pytest_book_cache.BOOK_CACHE_DIR).resolve())
+    assert written == book, "apart from the cache, the instructors' book is configured as the attendees' book"
+    assert (tmp_path / "_toc.yml").exists()
+
+
 def test_every_check_is_listed_and_used():
     listed = {info.id: info for info in grading.list_checks()}
     used = all_calls()
@@ -193,7 +208,7 @@ kernelspec:
 ---
 
 ```{code-cell} ipython3
-from packlab.grading import check
+from packlab.course.grading import check
 ```
 
 ```{code-cell} ipython3
@@ -222,7 +237,7 @@ def test_grade_command_scores_a_notebook_and_writes_a_report(tmp_path):
     notebook.write_text(SPLIT_NOTEBOOK)
     report_path = tmp_path / "report.json"
     run = subprocess.run(
-        [sys.executable, "-m", "packlab.grade", str(notebook), "--report", str(report_path), "--cell-timeout", "300"],
+        [sys.executable, "-m", "packlab.course.grade", str(notebook), "--report", str(report_path), "--cell-timeout", "300"],
         capture_output=True,
         text=True,
         timeout=600,

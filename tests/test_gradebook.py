@@ -1,6 +1,6 @@
 """The gradebook: a class of three attendees graded into one CSV, a hanging notebook included.
 
-``python -m packlab.grade --class DIR`` runs every attendee's exercise notebooks, each in
+``python -m packlab.course.grade --class DIR`` runs every attendee's exercise notebooks, each in
 a fresh kernel, and writes one row per attendee, exercise, check and part. Here alice
 hands in the solutions, bob the untouched exercises, and carol a solution whose second
 notebook hangs in a cell between its two checks. The CSV must say exactly that: alice
@@ -23,7 +23,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from packlab import grade, grading, paths
+from packlab import paths
+from packlab.course import grade, grading
 
 ROOT = paths.repo_root()
 EXERCISES = ["01_jpeg_dataset", "05_shard_split"]
@@ -89,7 +90,7 @@ def test_a_class_is_graded_into_one_csv_and_a_hanging_notebook_is_named(tmp_path
     gradebook = tmp_path / "gradebook.csv"
     start = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "packlab.grade", "--class", str(tmp_path / "class"), "--csv", str(gradebook),
+        [sys.executable, "-m", "packlab.course.grade", "--class", str(tmp_path / "class"), "--csv", str(gradebook),
          "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", "600"],
         capture_output=True, text=True, timeout=1800,
     )

@@ -34,8 +34,8 @@ import pytest
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packlab import data, paths
-from packlab.grading import check, importable_copy, list_checks, PartFailed, RESULTS_ENV_VAR
-from packlab.grading.core import describe
+from packlab.course.grading import check, importable_copy, list_checks, PartFailed, RESULTS_ENV_VAR
+from packlab.course.grading.core import describe
 from packlab.loaders.tar import iter_shard_samples
 from packlab.transforms import decode_and_resize, standard_transform
 
@@ -962,7 +962,7 @@ def unguarded_script() -> str:
     """A script that defines a correct dataset and calls check() at top level, without
     ``if __name__ == "__main__":`` (the class's source is this module's, copied)."""
     imports = "import csv\nimport io\nimport os\nimport zipfile\n\nfrom torch.utils.data import Dataset\n\n"
-    imports += "from packlab.grading import check\nfrom packlab.transforms import standard_transform\n\n\n"
+    imports += "from packlab.course.grading import check\nfrom packlab.transforms import standard_transform\n\n\n"
     call = 'result = check("per_worker_zip", PidKeyedZipDataset, parts=["spawn"], quiet=True, record=False)\n'
     call += 'print("SPAWN PART PASSED" if result.passed else result.report())\n'
     return imports + inspect.getsource(_labels_from_archive) + "\n\n" + inspect.getsource(PidKeyedZipDataset) + "\n\n" + call

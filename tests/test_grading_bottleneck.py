@@ -15,9 +15,10 @@ import time
 import pytest
 import torch
 
-from packlab import grade, paths
+from packlab import paths
+from packlab.course import grade
 from packlab.bench import Spread, interleaved, verdict
-from packlab.grading import check, list_checks
+from packlab.course.grading import check, list_checks
 
 ROOT = paths.repo_root()
 PARTS = ("consumer_alone", "together", "startup", "warm", "threads", "decides", "no_clear_difference")

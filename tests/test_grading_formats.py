@@ -18,7 +18,7 @@ import pytest
 from torch.utils.data import Dataset
 
 from packlab import data, formats
-from packlab.grading import check
+from packlab.course.grading import check
 from packlab.transforms import standard_transform
 
 WRITE_PARTS = {"one_file", "one_record_per_sample", "labels", "jpeg_bytes", "atomic"}

@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import pytest
 
-from packlab.grading import check
+from packlab.course.grading import check
 
 PARTS = {"in order", "in parallel", "bounded", "errors name the item", "no thread left behind"}
 

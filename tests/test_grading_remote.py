@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from packlab.grading import check
+from packlab.course.grading import check
 from packlab.loaders.tar import ShardError, iter_shard_samples
 from packlab.retry import ShardReadError
 

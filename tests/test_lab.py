@@ -19,7 +19,8 @@ import json5
 import jsonschema
 import pytest
 
-from packlab import lab, paths
+from packlab import paths
+from packlab.course import lab
 
 ROOT = paths.repo_root()
 

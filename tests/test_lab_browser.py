@@ -4,7 +4,7 @@ Attendees run ``make lab``, open a chapter or an exercise (MyST ``.md`` files) a
 notebook, run it, and solve the exercises with ``check()``. This test does the same in
 headless Chromium, driven by Playwright:
 
-* JupyterLab starts with ``make lab``'s command line and settings (:mod:`packlab.lab`),
+* JupyterLab starts with ``make lab``'s command line and settings (:mod:`packlab.course.lab`),
   on a free port, with a token and fresh workspaces and user settings, so that nothing
   of an earlier session is restored;
 * ``exercises/01_jpeg_dataset.md``, opened by its ``/lab/tree/`` URL, is a notebook, not
@@ -23,7 +23,7 @@ put back as they were (content and modification time) when the test ends. Screen
 ``_build/screens/lab-*.png``.
 
 Under ``make test`` it runs after the notebooks (``needs_book`` orders it there, see
-``packlab/pytest_book_cache.py``): the unit tests report first, and chapter 2 has written
+``packlab/course/pytest_book_cache.py``): the unit tests report first, and chapter 2 has written
 the archives chapter 3 reads. Chromium: see ``browser_support.py``.
 """
 
@@ -46,7 +46,8 @@ from pathlib import Path
 import pytest
 from browser_support import CHROMIUM_FLAGS, chromium  # noqa: F401 - the shared fixture
 
-from packlab import exercises, lab, paths
+from packlab import paths
+from packlab.course import exercises, lab
 
 pytestmark = pytest.mark.needs_book
 

@@ -1,6 +1,6 @@
 """Every number the prose cites is a name a cell bound with ``figures(...)`` before it.
 
-The chapters' sentences cite measurements with ``{eval}`name``` (see :mod:`packlab.prose`):
+The chapters' sentences cite measurements with ``{eval}`name``` (see :mod:`packlab.course.prose`):
 JupyterLab evaluates the name in the kernel, the book finds it among the glued values.
 These tests read the MyST sources and fail when a sentence cites a name that no earlier
 cell passed to ``figures``, when a role the book alone understands (``{glue:...}``)
@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from packlab import paths, prose
+from packlab import paths
+from packlab.course import prose
 
 ROOT = paths.repo_root()
 NOTEBOOKS = sorted(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nbformat
 
-from packlab import pytest_book_cache as plugin
+from packlab.course import pytest_book_cache as plugin
 
 SOURCE = """---
 jupytext:

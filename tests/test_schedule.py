@@ -1,4 +1,4 @@
-"""The workshop schedule (packlab.schedule): its counts, its coverage of the book, its errors."""
+"""The workshop schedule (packlab.course.schedule): its counts, its coverage of the book, its errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from packlab import paths, schedule
+from packlab import paths
+from packlab.course import schedule
 
 ROOT = paths.repo_root()
 
@@ -118,7 +119,7 @@ def test_the_intro_schedule_names_every_chapter():
 
 def test_the_instructor_schedule_has_a_row_for_every_chapter():
     section = _schedule_section("instructor.md")
-    assert "python -m packlab.schedule" in section
+    assert "python -m packlab.course.schedule" in section
     assert "{nb-exec-table}" in section
     for chapter in schedule.toc_chapters(ROOT):
         assert f"| {Path(chapter).name} |" in section, f"instructor.md's schedule has no row for {chapter}"

@@ -32,7 +32,8 @@ import zlib
 import pytest
 from torch.utils.data import ChainDataset, ConcatDataset, DataLoader
 
-from packlab import audit, exercises, formats, grade, grading, pack, paths
+from packlab import audit, formats, pack, paths
+from packlab.course import exercises, grade, grading
 from packlab.bench import run_until_error
 from packlab.loaders import (
     JpegFolderDataset,
@@ -99,7 +100,7 @@ def solution_module(path, names, folder):
 
     Spawn and forkserver workers import a dataset's class by module and name, and a class
     defined in a notebook lives in ``__main__``, which they cannot import. As
-    :func:`packlab.grading.importable_copy` does for one class, this keeps the imports,
+    :func:`packlab.course.grading.importable_copy` does for one class, this keeps the imports,
     definitions and literal constants of the defining cells, here of several cells at once
     (RankShardDataset calls shards_for, defined in another cell), and writes them to a
     module in ``folder``, which is on ``sys.path`` (workers receive the parent's).

@@ -43,7 +43,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import data, pack, storage
-from packlab.bench import batch_size_of
+from packlab.bench import Spread, batch_size_of
+from packlab.bench import compare as bench_compare
 from packlab.formats.hdf5_format import Hdf5Dataset, write_hdf5
 from packlab.formats.lmdb_format import LmdbDataset, LmdbStreamDataset, close_environment, write_lmdb
 from packlab.formats.npz_format import NpzDataset, write_npz
@@ -336,16 +337,12 @@ def table_rows(results: dict) -> list[dict]:
 
 
 def compare(a: Sequence[float], b: Sequence[float]) -> str:
-    """``"higher"``, ``"lower"`` or ``"no clear difference"``: ``a`` against ``b``, over their ranges of rounds."""
-    if min(a) > max(b):
-        return "higher"
-    if max(a) < min(b):
-        return "lower"
-    return "no clear difference"
+    """``"higher"``, ``"lower"`` or ``"no clear difference"``: ``a`` against ``b`` by :func:`packlab.bench.compare`."""
+    return {1: "higher", -1: "lower", 0: "no clear difference"}[bench_compare(Spread.of(a), Spread.of(b))]
 
 
 def leaders(values: dict[str, Sequence[float]], highest: bool = True) -> tuple[list[str], list[str]]:
-    """The layouts tied for best (whose range overlaps the best median's range) and the rest, best first."""
+    """The layouts tied for best (not clearly different from the best median's) and the rest, best first."""
     key = (lambda name: -statistics.median(values[name])) if highest else (lambda name: statistics.median(values[name]))
     ranked = sorted(values, key=key)
     best = values[ranked[0]]
@@ -357,8 +354,8 @@ def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = 
                      digits: int = 0) -> str:
     """A sentence that names the best layout(s) for ``what`` and how far behind the others were.
 
-    Layouts whose ranges of rounds overlap the best's are named together as showing no clear
-    difference; the others are given as a factor of the best median.
+    Layouts not clearly different from the best (:func:`compare`) are named together; the
+    others are given as a factor of the best median.
     """
     tied, rest = leaders(values, highest)
     best = statistics.median(values[tied[0]])

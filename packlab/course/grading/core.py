@@ -220,7 +220,7 @@ class Context:
         return folder
 
     def importable(self):
-        """The candidate as an importable class, for spawn workers (see the docstring of :mod:`packlab.grading`)."""
+        """The candidate as an importable class, for spawn workers (see the docstring of :mod:`packlab.course.grading`)."""
         if "importable" not in self.memo:
             self.memo["importable"] = importable_copy(self.candidate, self.workdir / "modules")
         return self.memo["importable"]
@@ -397,7 +397,7 @@ def importable_copy(candidate, folder: Path):
     Objects defined in an importable module are returned unchanged. Objects defined in a
     notebook (or any ``__main__``) are rebuilt from the source of their defining cell in
     a module written to ``folder``, which is put on ``sys.path``; see the docstring of
-    :mod:`packlab.grading`. Raises :class:`PartFailed` with advice when that is not possible.
+    :mod:`packlab.course.grading`. Raises :class:`PartFailed` with advice when that is not possible.
     """
     name = getattr(candidate, "__name__", None)
     module_name = getattr(candidate, "__module__", None)
@@ -574,7 +574,7 @@ def _kill_group(proc) -> None:
 
 
 def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -> list[PartResult]:
-    """Run every part in forked children with deadlines (see the docstring of :mod:`packlab.grading`)."""
+    """Run every part in forked children with deadlines (see the docstring of :mod:`packlab.course.grading`)."""
     parts = exercise.parts
     outcome: dict[int, tuple[bool, str, float]] = {}
     fork = multiprocessing.get_context("fork")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import io
 from collections import Counter
 
-from packlab.grading.core import Context, PartFailed, describe, register
-from packlab.grading.fixtures import fixture_shards, subset
+from packlab.course.grading.core import Context, PartFailed, describe, register
+from packlab.course.grading.fixtures import fixture_shards, subset
 from packlab.loaders.tar import ShardError, iter_shard_samples
 from packlab.retry import ShardReadError
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from packlab import data, pack, paths
-from packlab.grading.core import Context, PartFailed, attempt, register
-from packlab.grading.fixtures import (
+from packlab.course.grading.core import Context, PartFailed, attempt, register
+from packlab.course.grading.fixtures import (
     audit_records,
     check_item,
     collect_epoch,

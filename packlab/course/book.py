@@ -3,11 +3,11 @@
 Two things:
 
 * **``{eval}`` from cached notebooks.** The chapters cite measured numbers with MyST's
-  ``{eval}`name``` role (see :mod:`packlab.prose`). myst-nb evaluates that role by asking
+  ``{eval}`name``` role (see :mod:`packlab.course.prose`). myst-nb evaluates that role by asking
   a live kernel, which exists only when the book executes notebooks inline; the book is
   built from the execution cache instead (``make test`` fills it, so every notebook runs
   once). This extension's ``eval`` role first looks the name up among the values the
-  notebook glued (:func:`packlab.prose.figures` glues every name it binds), and only
+  notebook glued (:func:`packlab.course.prose.figures` glues every name it binds), and only
   then asks a kernel, if there is one. A name found in neither is a warning, which fails
   the build (``-W``): a sentence never silently loses its number.
 * **Duplicate scripts.** Jupyter Book 1.0.4 with sphinx-thebe 0.3.1 registers
@@ -24,7 +24,7 @@ from myst_nb.core.variables import RetrievalError, render_variable_outputs
 from myst_nb.ext.eval import EvalRoleAny, eval_warning
 from myst_nb.ext.glue.utils import retrieve_glue_data
 
-from packlab.prose import NAME_PATTERN
+from packlab.course.prose import NAME_PATTERN
 
 
 class EvalFromGlueOrKernel(EvalRoleAny):
@@ -35,7 +35,7 @@ class EvalFromGlueOrKernel(EvalRoleAny):
         if not re.fullmatch(NAME_PATTERN, name):
             return [], [eval_warning(
                 f"{{eval}}`{name}`: the book can only show plain names; compute and format the value in a cell "
-                "and pass it to packlab.prose.figures(name=...)", self.document, self.line)]
+                "and pass it to packlab.course.prose.figures(name=...)", self.document, self.line)]
         try:
             output = retrieve_glue_data(self.document, name)
         except RetrievalError:

@@ -14,7 +14,7 @@ notebook itself, and re-executes anything whose code differs. A notebook with a 
 or skipped cell is never stored.
 
 The plugin also runs tests marked ``needs_book`` last, after the notebooks.
-Enabled by ``make test`` with ``-p packlab.pytest_book_cache``.
+Enabled by ``make test`` with ``-p packlab.course.pytest_book_cache``.
 """
 
 from __future__ import annotations

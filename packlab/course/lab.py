@@ -104,7 +104,7 @@ Starting JupyterLab on the course (stop it with Ctrl+C, twice).
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m packlab.lab", description="Start JupyterLab on the course.")
+    parser = argparse.ArgumentParser(prog="python -m packlab.course.lab", description="Start JupyterLab on the course.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default %(default)s)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     args = parser.parse_args(argv)

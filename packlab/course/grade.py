@@ -2,20 +2,20 @@
 
 ::
 
-    python -m packlab.grade exercises/01_jpeg_dataset.md [more notebooks ...]
+    python -m packlab.course.grade exercises/01_jpeg_dataset.md [more notebooks ...]
     make grade NB=exercises/01_jpeg_dataset.md
-    python -m packlab.grade --class DIR          # DIR/<attendee>/exercises/*.md|ipynb -> DIR/gradebook.csv
+    python -m packlab.course.grade --class DIR          # DIR/<attendee>/exercises/*.md|ipynb -> DIR/gradebook.csv
     make gradebook CLASS=DIR
-    python -m packlab.grade --repeat 20 --check per_worker_zip   # the solution's, 20 times
+    python -m packlab.course.grade --repeat 20 --check per_worker_zip   # the solution's, 20 times
 
 Each notebook (MyST ``.md`` through jupytext, or ``.ipynb``) runs top to bottom in a
 fresh kernel, with its own folder as working directory, the way a grader would run it.
 A cell that raises does not stop the run: later cells, and their checks, still run. A
 cell that runs longer than ``--cell-timeout``, a notebook that runs longer than
 ``--notebook-timeout``, or a kernel that dies stops that notebook: its kernel is shut
-down, and the checks it did not reach score 0. Every :func:`packlab.grading.check` in
+down, and the checks it did not reach score 0. Every :func:`packlab.course.grading.check` in
 the notebook records its result in a file the grader names in the kernel's environment
-(:data:`packlab.grading.RESULTS_ENV_VAR`).
+(:data:`packlab.course.grading.RESULTS_ENV_VAR`).
 
 The grader knows which checks a notebook is meant to run by reading its code cells
 (every ``check("<id>", ...)`` call not marked ``record=False``) and, for an exercise
@@ -52,7 +52,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packlab import grading, paths
+from packlab import paths
+from packlab.course import grading
 
 #: Seconds one cell may run; a cell that takes longer stops its notebook (its kernel is shut down).
 CELL_TIMEOUT = 600
@@ -115,7 +116,7 @@ def run_cells_as_main(sources: list[str], label: str) -> dict:
     """Run cell sources in one fresh ``__main__`` namespace, the way a kernel runs them.
 
     Each cell's source is registered in :mod:`linecache` under its own name, as IPython
-    does, so :func:`packlab.grading.importable_copy` finds the cell that defines a class.
+    does, so :func:`packlab.course.grading.importable_copy` finds the cell that defines a class.
     Returns the namespace.
     """
     namespace = {"__name__": "__main__"}
@@ -142,7 +143,7 @@ def repeat_check(path: Path, check_id: str, times: int) -> list[float]:
     """Run one check of a notebook ``times`` times in this process; print each run and min/median/max seconds.
 
     This is how an intermittent failure (a stall that shows once in several checks) is
-    looked for: ``python -m packlab.grade --repeat 20 --check per_worker_zip
+    looked for: ``python -m packlab.course.grade --repeat 20 --check per_worker_zip
     solutions/03_per_worker_zip.md``. The CPU time (this process and the processes the
     check started) tells what a run would take on an idle machine, where two cores run
     it about twice as fast as one. Returns the wall times.
@@ -489,7 +490,7 @@ def gradebook_table(rows: list[GradebookRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m packlab.grade", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m packlab.course.grade", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, metavar="PATH", help="exercise notebooks (.md or .ipynb)")
     parser.add_argument("--report", type=Path, default=None, help="JSON report file (default: _build/grade-report.json)")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, help=f"seconds per cell (default {CELL_TIMEOUT})")

@@ -8,7 +8,7 @@ two programs render it:
   value when the markdown cell is run, and shows it in place of the role;
 * **the book** is built from the notebooks' *cached* outputs (``execute_notebooks:
   cache``, shared with ``make test``), where no kernel is left to ask. There the course's
-  Sphinx extension, :mod:`packlab.book`, looks the name up among the values the notebook
+  Sphinx extension, :mod:`packlab.course.book`, looks the name up among the values the notebook
   *glued* (myst-nb's record of a value in a cell's output).
 
 :func:`figures` serves both: for each ``name=value`` it binds ``name`` in the notebook's

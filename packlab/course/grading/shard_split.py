@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from packlab.grading.core import Context, PartFailed, describe, register, short
-from packlab.grading.fixtures import (
+from packlab.course.grading.core import Context, PartFailed, describe, register, short
+from packlab.course.grading.fixtures import (
     audit_records,
     collect_epoch,
     fixture_shards,

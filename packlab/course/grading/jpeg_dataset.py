@@ -8,8 +8,8 @@ import time
 import torch
 
 from packlab import data
-from packlab.grading.core import Context, PartFailed, attempt, describe, register
-from packlab.grading.fixtures import (
+from packlab.course.grading.core import Context, PartFailed, attempt, describe, register
+from packlab.course.grading.fixtures import (
     audit_records,
     check_item,
     collect_epoch,

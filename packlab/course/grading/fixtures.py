@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import audit, data, pack, paths
-from packlab.grading.core import Context, PartFailed, describe
+from packlab.course.grading.core import Context, PartFailed, describe
 from packlab.transforms import RAW_SHAPE
 
 

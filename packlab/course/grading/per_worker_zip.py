@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import pickle
 
-from packlab.grading.core import Context, PartFailed, attempt, describe, register
-from packlab.grading.fixtures import (
+from packlab.course.grading.core import Context, PartFailed, attempt, describe, register
+from packlab.course.grading.fixtures import (
     audit_records,
     check_item,
     collect_epoch,

@@ -16,7 +16,7 @@ has three parts, each computed from something anyone can look at:
   one a behaviour to get right, at :data:`MINUTES_PER_CHECK_PART`) and the measured run
   of its solution notebook.
 
-``python -m packlab.schedule`` prints the table in Markdown, then the one-day core track
+``python -m packlab.course.schedule`` prints the table in Markdown, then the one-day core track
 (:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) and the second day with clock times, and
 says whether each fits the teaching time of a day. ``--cache PATH`` reads another
 checkout's cache, e.g. that of the machine that ran ``make test``.
@@ -56,7 +56,7 @@ TEACHING_MINUTES_PER_DAY = DAY_END - DAY_START - sum(minutes for _, _, minutes i
 
 #: The one-day core track: chapters (by number) and exercises (by notebook name) taught on
 #: the first day: from one file per sample to multi-rank tar shards, writing the three
-#: loaders the rest of the course builds on. ``python -m packlab.schedule`` says whether
+#: loaders the rest of the course builds on. ``python -m packlab.course.schedule`` says whether
 #: it still fits :data:`TEACHING_MINUTES_PER_DAY`.
 CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6)
 CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")
@@ -150,7 +150,7 @@ def solution_lines(path: Path) -> int:
 
     Blank lines and comments (the hints the exercise keeps) are not counted.
     """
-    from packlab.exercises import BEGIN_SOLUTION, END_SOLUTION
+    from packlab.course.exercises import BEGIN_SOLUTION, END_SOLUTION
 
     count, inside = 0, False
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -244,7 +244,7 @@ def execution_seconds(cache_dir: Path) -> dict[str, float]:
 
 def check_parts() -> dict[str, int]:
     """Parts of the graded checks per exercise notebook (``01_jpeg_dataset`` -> 9)."""
-    from packlab.grading import list_checks
+    from packlab.course.grading import list_checks
 
     parts: dict[str, int] = {}
     for info in list_checks():
@@ -450,13 +450,13 @@ def report(rows: list[Session]) -> str:
         out += ["", f"Optional exercises (ahead of the room, or homework): {listed}."]
     unplanned = [Path(r.chapter).name for r in rows if r.number not in CORE_CHAPTERS + SECOND_DAY_CHAPTERS]
     if unplanned:
-        out += ["", f"Chapters in neither day (add them to a day in packlab/schedule.py): {', '.join(unplanned)}."]
+        out += ["", f"Chapters in neither day (add them to a day in packlab/course/schedule.py): {', '.join(unplanned)}."]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m packlab.schedule",
+        prog="python -m packlab.course.schedule",
         description="Print the workshop schedule: reading, measured running and exercise time per chapter.",
     )
     parser.add_argument(
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         seconds = execution_seconds(args.cache)
     except MissingCacheError as error:
-        print(f"packlab.schedule: {error}", file=sys.stderr)
+        print(f"packlab.course.schedule: {error}", file=sys.stderr)
         return 2
     print(report(sessions(root, seconds, check_parts())))
     return 0

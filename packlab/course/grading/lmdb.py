@@ -34,8 +34,8 @@ import lmdb
 from torch.utils.data import get_worker_info
 
 from packlab.formats.lmdb_format import LABEL_BYTES, write_lmdb
-from packlab.grading.core import Context, PartFailed, attempt, describe, register
-from packlab.grading.fixtures import (
+from packlab.course.grading.core import Context, PartFailed, attempt, describe, register
+from packlab.course.grading.fixtures import (
     audit_records,
     collect_epoch,
     fixture_root,

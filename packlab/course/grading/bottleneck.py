@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from packlab.grading.core import Context, PartFailed, register
+from packlab.course.grading.core import Context, PartFailed, register
 
 #: Images in every fake batch.
 BATCH = 32

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 
-from packlab.grading.core import Context, PartFailed, describe, register
+from packlab.course.grading.core import Context, PartFailed, describe, register
 
 #: Seconds a part waits for threads started by the candidate to end after it finished.
 THREAD_GRACE = 5.0

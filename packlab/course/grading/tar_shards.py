@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from packlab.grading.core import Context, PartFailed, attempt, describe, register, short
-from packlab.grading.fixtures import (
+from packlab.course.grading.core import Context, PartFailed, attempt, describe, register, short
+from packlab.course.grading.fixtures import (
     audit_records,
     collect_epoch,
     fixture_shards,

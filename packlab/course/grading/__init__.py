@@ -5,7 +5,7 @@ function, a shard splitter). ``check(exercise_id, candidate)`` then runs your co
 against the generated dataset and prints which parts work and, for each part that does
 not, what went wrong and a hint::
 
-    >>> from packlab.grading import check, list_checks
+    >>> from packlab.course.grading import check, list_checks
     >>> result = check("jpeg_dataset", JpegFolderDataset)     # doctest: +SKIP
     >>> result.passed, result.score, result.max_score          # doctest: +SKIP
     (True, 5, 5)
@@ -77,23 +77,23 @@ one that reads through the parent's handle fails on its first read.
 Grading a whole notebook
 ------------------------
 When the environment variable named by :data:`RESULTS_ENV_VAR` is set (``python -m
-packlab.grade`` sets it for the kernel it starts), every :func:`check` appends its result
+packlab.course.grade`` sets it for the kernel it starts), every :func:`check` appends its result
 as one JSON line to that file.
 
 The package
 -----------
-* :mod:`packlab.grading.core` — the machinery: results (:class:`CheckResult`), the
+* :mod:`packlab.course.grading.core` — the machinery: results (:class:`CheckResult`), the
   :class:`Context` a part receives, making notebook classes importable for spawn
   workers, the watchdog that runs parts in killable children, the registry,
   :func:`check` and :func:`list_checks`;
-* :mod:`packlab.grading.fixtures` — what several exercises share: cached fixture
+* :mod:`packlab.course.grading.fixtures` — what several exercises share: cached fixture
   archives, the SHA-256 transform, DataLoaders with time limits, epoch collection and
   audits, handle inspection;
 * one module per exercise notebook, named after it (``solutions/04_tar_shards.md`` →
-  :mod:`packlab.grading.tar_shards`), holding that notebook's checks: their fixtures,
-  their parts, and a :func:`~packlab.grading.core.register` call for each. Every module
+  :mod:`packlab.course.grading.tar_shards`), holding that notebook's checks: their fixtures,
+  their parts, and a :func:`~packlab.course.grading.core.register` call for each. Every module
   of the package other than ``core`` and ``fixtures`` (and names starting with ``_``) is
-  such a module and is imported when :mod:`packlab.grading` is: there is no list to keep.
+  such a module and is imported when :mod:`packlab.course.grading` is: there is no list to keep.
 
 How to add an exercise
 ----------------------
@@ -102,7 +102,7 @@ How to add an exercise
    markers (``# Hint`` comments inside stay visible), and after it a cell
    ``result = check("<check id>", YourClass)`` with an ``assert result.passed`` between
    ``# BEGIN HIDDEN`` / ``# END HIDDEN``.
-2. Add ``packlab/grading/topic.py``. For each check: a fixtures function (small: a few
+2. Add ``packlab/course/grading/topic.py``. For each check: a fixtures function (small: a few
    hundred samples from :func:`fixtures.subset`, archives through the cached
    ``fixture_*`` helpers), parts (functions ``part(ctx: Context) -> str`` that return a
    short success message or raise :class:`PartFailed` saying what is wrong), and
@@ -122,7 +122,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from packlab.grading.core import (
+from packlab.course.grading.core import (
     CHECK_TIMEOUT,
     LOADER_TIMEOUT,
     PART_TIMEOUT,
@@ -137,7 +137,7 @@ from packlab.grading.core import (
     importable_copy,
     list_checks,
 )
-from packlab.grading.fixtures import sha256_transform
+from packlab.course.grading.fixtures import sha256_transform
 
 #: Modules of this package that are not exercise modules.
 MACHINERY = frozenset({"core", "fixtures"})

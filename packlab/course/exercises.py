@@ -1,7 +1,7 @@
 """Write the attendees' exercise notebooks from the instructors' solution notebooks.
 
 One master copy per exercise: ``solutions/NN_topic.md`` (a MyST notebook) holds the task,
-the solution and the checks. ``make exercises`` (``python -m packlab.exercises``) derives
+the solution and the checks. ``make exercises`` (``python -m packlab.course.exercises``) derives
 ``exercises/NN_topic.md`` from it mechanically, in the style of nbgrader:
 
 * inside code cells, the lines between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` are
@@ -19,7 +19,8 @@ generator stops with an error naming the file and line. ``--check`` compares ins
 writing and fails when ``exercises/`` differs from what would be written (the test suite
 runs the same comparison), so nobody edits an exercise by hand and loses it.
 
-``--instructor-toc PATH`` writes a table of contents for the instructors' book: the book's
+``--instructor DIR`` writes the instructors' book's table of contents and configuration
+into DIR (see :func:`instructor_toc` and :func:`instructor_config`): the book's
 ``_toc.yml`` with a "Solutions" part, the solution notebooks, after the exercises.
 """
 
@@ -203,15 +204,33 @@ def instructor_toc(toc_text: str, solutions_dir: Path | None = None) -> str:
     solutions_part = {"caption": "Solutions", "chapters": [{"file": f"solutions/{stem}"} for stem in stems]}
     parts.insert(holding[-1] + 1 if holding else len(parts), solutions_part)
     toc["parts"] = parts
-    header = "# The instructors' table of contents: _toc.yml plus the solutions (python -m packlab.exercises --instructor-toc)\n"
+    header = "# The instructors' table of contents: _toc.yml plus the solutions (python -m packlab.course.exercises --instructor)\n"
     return header + yaml.safe_dump(toc, sort_keys=False)
 
 
+def instructor_config(config_text: str, cache: Path) -> str:
+    """The book's ``_config.yml`` with its execution cache set to ``cache``.
+
+    The instructors' book is built with ``--path-output _build/instructor``, and Jupyter
+    Book puts its execution cache under the output path unless the configuration names
+    one. Naming the attendees' book's cache (``_build/.jupyter_cache``, which ``make test``
+    fills with every chapter and solution nbval ran) lets the instructors' book reuse
+    those runs: each notebook is executed once, whichever book is built first.
+    """
+    import yaml
+
+    config = yaml.safe_load(config_text)
+    config.setdefault("execute", {})["cache"] = str(cache)
+    header = "# The instructors' book configuration: _config.yml with the shared execution cache (python -m packlab.course.exercises --instructor)\n"
+    return header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m packlab.exercises", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m packlab.course.exercises", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--check", action="store_true", help="write nothing; exit 1 if exercises/ is out of date")
-    action.add_argument("--instructor-toc", type=Path, metavar="PATH", help="write the instructors' table of contents to PATH")
+    action.add_argument("--instructor", type=Path, metavar="DIR",
+                        help="write the instructors' book's _toc.yml and _config.yml into DIR")
     args = parser.parse_args(argv)
     try:
         if args.check:
@@ -223,11 +242,13 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print("exercises/ is up to date with solutions/")
             return 0
-        if args.instructor_toc:
-            toc = (paths.repo_root() / "_toc.yml").read_text()
-            args.instructor_toc.parent.mkdir(parents=True, exist_ok=True)
-            args.instructor_toc.write_text(instructor_toc(toc))
-            print(f"wrote {args.instructor_toc}")
+        if args.instructor:
+            root = paths.repo_root()
+            args.instructor.mkdir(parents=True, exist_ok=True)
+            (args.instructor / "_toc.yml").write_text(instructor_toc((root / "_toc.yml").read_text()))
+            cache = (root / "_build" / ".jupyter_cache").resolve()
+            (args.instructor / "_config.yml").write_text(instructor_config((root / "_config.yml").read_text(), cache))
+            print(f"wrote {args.instructor / '_toc.yml'} and {args.instructor / '_config.yml'}")
             return 0
         changed = write_exercises()
         for path in changed:

@@ -1,0 +1,34 @@
+"""The course's own machinery: what builds, runs and grades the course, not what it teaches.
+
+``packlab``'s other modules are the library the chapters teach (datasets, packers,
+timing helpers); this subpackage holds everything around them:
+
+- :mod:`~packlab.course.grading` and :mod:`~packlab.course.grade`: the exercises'
+  ``check()`` and the grader that runs a notebook, or a whole class, in fresh kernels;
+- :mod:`~packlab.course.exercises`: writes ``exercises/`` from ``solutions/``;
+- :mod:`~packlab.course.prose`: binds measured numbers to the names the chapters' prose
+  cites (``{eval}`` roles);
+- :mod:`~packlab.course.book`, :mod:`~packlab.course.lab` and
+  :mod:`~packlab.course.pytest_book_cache`: the book build, the attendee's JupyterLab,
+  and the hand-over of nbval's runs to the book;
+- :mod:`~packlab.course.schedule`: the workshop timetable;
+- :mod:`~packlab.course.benchmark`: the ``make bench`` suite.
+
+An exercise notebook needs only::
+
+    from packlab.course import check, list_checks
+"""
+
+from __future__ import annotations
+
+__all__ = ["check", "list_checks"]
+
+
+def __getattr__(name: str):
+    # Lazy, so that importing packlab.course.prose (every chapter does) does not import the
+    # grader and everything it imports.
+    if name in __all__:
+        from packlab.course import grading
+
+        return getattr(grading, name)
+    raise AttributeError(f"module 'packlab.course' has no attribute {name!r}")

@@ -1,0 +1,375 @@
+"""``make bench``: every loader of the course and its peers, the ceilings, and the extra sections.
+
+`python -m packlab.course.benchmark` (what `make bench` runs) measures, in one process
+tree and one run: the decode ceiling of one core and of all cores at once; every loader
+of the course and its modern peers (webdataset, torchdata.nodes, SPDL) on the same
+shards with the same transform and batch size, three epochs each, interleaved; the
+worker-count sweep of the course's loaders; the small-file penalty; and any extra
+section registered in :data:`SECTIONS`. It prints a table and writes
+``_build/bench/bench.json`` and ``_build/bench/bench.png``. ``--quick`` runs the same on
+a few hundred images, to check that everything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+
+from packlab.bench import torch_threads
+from packlab.ceiling import (
+    batch_memory_seconds,
+    measure_ceiling,
+    measure_parallel_ceiling,
+    timed_epoch,
+    where_the_time_goes,
+)
+from packlab.loaders.lineup import OURS, PEER, SWEPT, loader_factories
+from packlab.small_files import shard_size_for, small_file_penalty
+
+
+#: What the benchmark aims for; where a goal is missed, bench.json records what limits it.
+GOALS = {"best_vs_ceiling": 0.90, "ours_vs_best_peer": 1.15}
+
+
+def _small_files_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    log("small-file penalty: reading without decoding, cold and under the network-filesystem model")
+    out = small_file_penalty(root, folder_files=200 if quick else 2000)
+    out["summary"] = (f"files/s under the model: " + ", ".join(f"{k} {v:.0f}" for k, v in out["modelled_files_per_s"].items())
+                      + f"; tar/folder {out['tar_vs_folder_modelled']:.1f}x")
+    return out
+
+
+#: Sections run after the loaders: name -> ``section(root=..., quick=..., log=...)`` returning a
+#: JSON-able dict, stored in bench.json under its name (a ``summary`` string, if any, is printed).
+#: A module adds its own with ``SECTIONS["name"] = function``; ``--skip name`` leaves one out.
+SECTIONS: dict[str, Callable[..., dict]] = {"small_files": _small_files_section}
+
+
+def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Chapter 9: every packed format side by side (:mod:`packlab.formats.bench`)."""
+    from packlab.formats.bench import format_formats, measure_formats
+
+    log("other formats: size, write time and read rates of every layout, 3 rounds")
+    out = measure_formats(root=root, log=lambda message: log(f"  {message}"))
+    out["summary"] = format_formats(out)
+    return out
+
+
+SECTIONS["formats"] = _formats_section
+
+
+def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
+    """One loader's epochs: median, range, and where the time went in its median epoch."""
+    rates = [e["images_per_s"] for e in epochs]
+    median_epoch = sorted(epochs, key=lambda e: e["images_per_s"])[(len(epochs) - 1) // 2]
+    median = statistics.median(rates)
+    return {
+        "loader": name, "group": group, "workers": workers,
+        "median_images_per_s": median, "min_images_per_s": min(rates), "max_images_per_s": max(rates),
+        "vs_parallel_ceiling": median / parallel_ceiling,
+        "epochs": epochs,
+        "where_the_time_goes": where_the_time_goes(median_epoch, parallel_ceiling, cores),
+    }
+
+
+def quick_root(images: int = 600, out_dir=None, source=None):
+    """A data root holding the first ``images`` samples of the dataset at ``source`` (for ``--quick``).
+
+    Files are hard-linked where the filesystem allows (copied otherwise); the zip and
+    shards the benchmark needs are written into it on first use, as for the full dataset.
+    """
+    import shutil
+    from pathlib import Path
+
+    from packlab import data, paths
+
+    folder = Path(out_dir if out_dir is not None else paths.build_dir() / "bench") / f"quick-data-{images}"
+    samples = data.load_manifest(source)[:images]
+    if paths.manifest_path(folder).exists() and data.load_manifest(folder) == samples:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    paths.images_dir(folder).mkdir(parents=True)
+    for sample in samples:
+        original, copy = data.image_path(sample.key, source), data.image_path(sample.key, folder)
+        try:
+            os.link(original, copy)
+        except OSError:
+            shutil.copyfile(original, copy)
+    data._write_csv(paths.labels_path(folder), ("key", "label"), [(s.key, s.label) for s in samples])
+    data._write_csv(paths.manifest_path(folder), data.MANIFEST_FIELDS, samples)  # last: marks the root complete
+    return folder
+
+
+def run_benchmark(
+    root=None,
+    worker_counts: Sequence[int] | None = None,
+    out_dir=None,
+    log: Callable[[str], None] = print,
+    epochs: int = 3,
+    quick: bool = False,
+    ceiling_images: int = 2000,
+    loaders: Sequence[str] | None = None,
+    sections: Sequence[str] | None = None,
+) -> dict:
+    """Run the benchmark; write ``bench.json`` and ``bench.png`` to ``out_dir``; return the results.
+
+    Every loader (``loaders``: a subset of names, default all) reads the whole dataset at
+    ``workers = cores`` for ``epochs`` epochs, interleaved: one epoch of each loader in
+    turn, the two decode ceilings before each turn, the starting loader rotating. Each
+    reports its median and range. Then the course's original loaders (:data:`SWEPT`) run
+    one epoch at each other count in ``worker_counts`` (default ``{0, 1, 2 x cores}``;
+    none with ``quick``), then every section of :data:`SECTIONS` (``sections``: a
+    subset). Keys of ``bench.json``:
+
+    * ``ceiling_images_per_s_per_core``: decode + standard transform in memory, one process;
+      ``parallel_ceiling``: ``cores`` processes doing that at once (:func:`measure_parallel_ceiling`);
+    * ``loaders``: per loader the epochs, median, min and max images/s, and
+      :func:`where_the_time_goes` in its median epoch;
+    * ``best_vs_ceiling``: our best loader's median / the parallel ceiling;
+      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL);
+    * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
+      the time accounting that says what held the loader back;
+    * ``batch_memory``: filling a batch in fresh against reused memory (per image);
+    * ``ratios``: between loaders (ours against webdataset, what batching, threads and recycling buy).
+    """
+    import json
+    import platform
+    from pathlib import Path
+
+    from packlab import data, pack, paths
+
+    cores = data.available_cores()
+    out_dir = Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = data.load_manifest(root)
+    sweep_counts = sorted(set(worker_counts if worker_counts is not None else ([] if quick else [0, 1, 2 * cores]))
+                          - {cores})
+    started = time.perf_counter()
+    results: dict = {
+        "machine": {"cores": cores, "python": platform.python_version(), "torch": torch.__version__,
+                    "load_average_before": _load_average()},
+        "images": len(manifest),
+        "settings": {"epochs": epochs, "workers": cores, "batch_size": 64, "quick": quick,
+                     "ceiling_images": min(ceiling_images, len(manifest))},
+        "goals_set": GOALS,
+    }
+
+    encoded = [data.image_path(s.key, root).read_bytes() for s in manifest[:ceiling_images]]
+    shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), max([cores, *sweep_counts])),
+                                                       root=root, progress=False)]
+    zip_path = pack.ensure_zip(root=root, progress=False)
+    factories = loader_factories(root, shards, zip_path)
+    if loaders is not None:
+        unknown = set(loaders) - set(factories)
+        if unknown:
+            raise ValueError(f"unknown loaders {sorted(unknown)}; known: {list(factories)}")
+        factories = {name: factories[name] for name in loaders}
+    log(f"{len(manifest):,} images, {len(shards)} shards, {cores} cores; {len(factories)} loaders x {epochs} epochs, "
+        "interleaved, each turn after the two decode ceilings")
+
+    # 2 x cores workers is one of the measured settings; torch's warning about it says nothing new here.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    single, parallel = [], []
+    epochs_of: dict[str, list[dict]] = {name: [] for name in factories}
+    with torch_threads(1):  # the main process collects batches (or runs the threads): no intra-op threads
+        made = {name: make(cores) for name, (_, make) in factories.items()}
+        names = list(made)
+        for turn in range(epochs):
+            single.append(measure_ceiling(encoded))
+            parallel.append(measure_parallel_ceiling(encoded, cores))
+            log(f"turn {turn + 1}/{epochs}: decode ceiling {single[-1]:.0f} images/s on one core, "
+                f"{parallel[-1]:.0f} on {cores} at once")
+            for name in names[turn % len(names):] + names[: turn % len(names)]:
+                epoch = timed_epoch(made[name], name)
+                epochs_of[name].append(epoch)
+                log(f"  {name:28s} {epoch['images_per_s']:7.0f} images/s")
+        del made
+        ceiling, parallel_ceiling = statistics.median(single), statistics.median(parallel)
+        results.update(ceiling_images_per_s_per_core=ceiling, ceiling_runs=single,
+                       parallel_ceiling=parallel_ceiling, parallel_ceiling_runs=parallel,
+                       ceiling_scaling=parallel_ceiling / (ceiling * cores))
+        rows = [_summarise(name, factories[name][0], cores, runs, parallel_ceiling, cores)
+                for name, runs in epochs_of.items()]
+        results["loaders"] = rows
+        sweep = []
+        for name in (n for n in SWEPT if n in factories):
+            for workers in sweep_counts:
+                epoch = timed_epoch(factories[name][1](workers), name)
+                sweep.append({"loader": name, "workers": workers, **epoch})
+                log(f"  sweep {name:22s} workers={workers}: {epoch['images_per_s']:7.0f} images/s")
+        results["sweep"] = sweep
+    results["batch_memory"] = batch_memory_seconds()
+    results.update(_goals(rows, parallel_ceiling))
+    results["ratios"] = _ratios(rows)
+
+    for name, section in SECTIONS.items():
+        if sections is None or name in sections:
+            results[name] = section(root=root, quick=quick, log=log)
+    results["machine"]["load_average_after"] = _load_average()
+    results["wall_seconds"] = time.perf_counter() - started
+
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    _plot_benchmark(results).savefig(out_dir / "bench.png", dpi=120)
+    log("")
+    log(format_benchmark(results))
+    log(f"\nwrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'} ({results['wall_seconds']:.0f} s)")
+    return results
+
+
+def _goals(rows: list[dict], parallel_ceiling: float) -> dict:
+    """``best_vs_ceiling``, ``ours_vs_best_peer`` and ``goals`` (each with its limit when missed)."""
+
+    def best(group):
+        members = [r for r in rows if r["group"] == group]
+        return max(members, key=lambda r: r["median_images_per_s"]) if members else None
+
+    ours, peer = best(OURS), best(PEER)
+    out: dict = {"best_vs_ceiling": None, "ours_vs_best_peer": None, "goals": {}}
+    if ours is None:
+        return out
+    out["best_vs_ceiling"] = ours["median_images_per_s"] / parallel_ceiling
+    reached = out["best_vs_ceiling"] >= GOALS["best_vs_ceiling"]
+    out["goals"]["best_vs_ceiling"] = {
+        "goal": GOALS["best_vs_ceiling"], "measured": out["best_vs_ceiling"], "reached": reached,
+        "ours": ours["loader"], "limit": None if reached else ours["where_the_time_goes"],
+    }
+    if peer is not None:
+        out["ours_vs_best_peer"] = ours["median_images_per_s"] / peer["median_images_per_s"]
+        reached = out["ours_vs_best_peer"] >= GOALS["ours_vs_best_peer"]
+        out["goals"]["ours_vs_best_peer"] = {
+            "goal": GOALS["ours_vs_best_peer"], "measured": out["ours_vs_best_peer"], "reached": reached,
+            "ours": ours["loader"], "peer": peer["loader"],
+            # Overlapping ranges: the runs do not separate the two clearly.
+            "ranges_overlap": ours["min_images_per_s"] <= peer["max_images_per_s"],
+            "limit": None if reached else {"ours": ours["where_the_time_goes"], "peer": peer["where_the_time_goes"]},
+        }
+    return out
+
+
+def _ratios(rows: list[dict]) -> dict:
+    """Ratios between loaders that each answer a question (each loader's ratio to the ceiling is in its row)."""
+    median = {r["loader"]: r["median_images_per_s"] for r in rows}
+    out = {}
+    for ratio, (a, b) in {"tar_vs_webdataset": ("tar shards (ours)", "webdataset"),
+                          "batching_gain": ("tar shards (ours)", "tar, per-sample float"),
+                          "recycling_vs_dataloader_tar": ("recycling, tar shards", "tar shards (ours)"),
+                          "threads_vs_dataloader_tar": ("threads, tar shards", "tar shards (ours)")}.items():
+        if a in median and b in median:
+            out[ratio] = median[a] / median[b]
+    return out
+
+
+def _plot_benchmark(results: dict):
+    import matplotlib.pyplot as plt
+
+    from packlab import plots
+
+    cores, rows = results["machine"]["cores"], results["loaders"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.9 + 0.45 * max(8, len(rows))),
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    ordered = sorted(rows, key=lambda r: -r["median_images_per_s"])
+    plots.plot_rates_with_ranges(
+        [{"name": r["loader"], "median": r["median_images_per_s"], "low": r["min_images_per_s"],
+          "high": r["max_images_per_s"], "group": r["group"]} for r in ordered],
+        lines={f"{cores} processes decoding at once": results["parallel_ceiling"],
+               f"one core's decode x {cores}": results["ceiling_images_per_s_per_core"] * cores},
+        ax=left, title=f"{results['images']:,} images, {cores} workers, median of {results['settings']['epochs']} epochs",
+    )
+    series: dict[str, dict[int, float]] = {}
+    for row in results["sweep"]:
+        series.setdefault(row["loader"], {})[row["workers"]] = row["images_per_s"]
+    for row in rows:
+        if row["loader"] in SWEPT:
+            series.setdefault(row["loader"], {})[cores] = row["median_images_per_s"]
+    plots.plot_throughput_vs_workers(series, ceiling=results["parallel_ceiling"], ax=right,
+                                     title="The course's loaders against workers",
+                                     ceiling_label=f"{cores} processes decoding at once")
+    fig.tight_layout()
+    return fig
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def format_benchmark(results: dict) -> str:
+    """The benchmark's results as plain text: the loaders' table, the ceilings, the goals and what limits them."""
+    cores = results["machine"]["cores"]
+    rows = sorted(results["loaders"], key=lambda r: -r["median_images_per_s"])
+    width = max(len(r["loader"]) for r in rows)
+    lines = [f"images/s, full epochs of {results['images']:,} images at {cores} workers "
+             f"(median of {results['settings']['epochs']}, start-up included)",
+             f"{'loader'.ljust(width)}  {'group':8} {'median':>7} {'min-max':>11} {'/ceiling':>8}"]
+    for r in rows:
+        lines.append(f"{r['loader'].ljust(width)}  {r['group']:8} {r['median_images_per_s']:7.0f} "
+                     f"{r['min_images_per_s']:5.0f}-{r['max_images_per_s']:<5.0f} {r['vs_parallel_ceiling']:8.2f}")
+    if results["sweep"]:
+        lines.append("sweep: " + ", ".join(f"{r['loader']} {r['workers']}w {r['images_per_s']:.0f}" for r in results["sweep"]))
+    lines.append(f"decode ceiling: {results['ceiling_images_per_s_per_core']:.0f} images/s on one core; "
+                 f"{results['parallel_ceiling']:.0f} with {cores} processes at once "
+                 f"({results['ceiling_scaling']:.2f} of {cores} x one core)")
+    memory = results["batch_memory"]
+    lines.append("filling a batch, ms per image: fresh shared memory {:.2f}, fresh private {:.2f}, "
+                 "reused private {:.2f}, reused shared {:.2f}".format(
+                     *(memory[f"{k}_s_per_image"] * 1e3 for k in ("fresh_shared", "fresh_private", "reused",
+                                                                  "reused_shared"))))
+    for name, goal in results["goals"].items():
+        who = goal["ours"] + (f" / {goal['peer']}" if "peer" in goal else "")
+        lines.append(f"{name} = {goal['measured']:.2f} ({who}); goal {goal['goal']:.2f}: "
+                     + ("reached" if goal["reached"] else "not reached"))
+        if goal.get("ranges_overlap"):
+            lines.append("  the two loaders' ranges overlap: no clear difference between them in this run")
+        limit = goal["limit"]
+        if limit:
+            for who, part in ({"ours": limit} if "limited_by" in limit else limit).items():
+                lines.append(f"  limit ({who}): {part['limited_by']}")
+    lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items()))
+    small = results.get("small_files")
+    if small:
+        lines.append(f"small files ({small['workers']} workers, no decode), files/s under the model "
+                     f"[{small['model_text']}]: " + ", ".join(f"{k} {v:.0f}" for k, v in small["modelled_files_per_s"].items())
+                     + f"; tar/folder {small['tar_vs_folder_modelled']:.1f}x")
+        if small["cold_files_per_s"]:
+            lines.append(f"  cold ({small.get('cold_level')}) vs warm, files/s: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in small["cold_files_per_s"].items()))
+    if results.get("formats"):
+        from packlab.formats.bench import format_formats
+
+        lines.append(format_formats(results["formats"]))
+    for name in SECTIONS:
+        if name in ("small_files", "formats"):
+            continue  # printed above
+        if isinstance(results.get(name), dict):
+            lines.append(f"{name}: {results[name].get('summary', '(see bench.json)')}")
+    load = results["machine"]
+    lines.append(f"load average before {load['load_average_before']}, after {load['load_average_after']} "
+                 f"on {cores} cores: well above {cores} means other programs competed and every figure is low")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m packlab.course.benchmark", description=run_benchmark.__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="the whole benchmark on the first --images images: checks that it runs, in minutes")
+    parser.add_argument("--images", type=int, default=600, help="images for --quick (default 600)")
+    parser.add_argument("--epochs", type=int, default=3, help="interleaved epochs per loader (default 3)")
+    parser.add_argument("--workers", type=int, nargs="*", help="worker counts of the sweep (default: 0 1 2xcores)")
+    parser.add_argument("--loaders", nargs="*", help="only these loaders (names as in the table)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(SECTIONS), help="sections to leave out")
+    parser.add_argument("--out", help="output folder (default: _build/bench)")
+    args = parser.parse_args(argv)
+    root = quick_root(args.images, args.out) if args.quick else None
+    run_benchmark(root=root, worker_counts=args.workers, out_dir=args.out, epochs=args.epochs, quick=args.quick,
+                  loaders=args.loaders, sections=[name for name in SECTIONS if name not in args.skip])
+    return 0
+

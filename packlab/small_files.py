@@ -1,0 +1,126 @@
+"""The small-file penalty: a JPEG folder, a zip and tar shards read from slow storage.
+
+Chapter 7 and ``make bench`` measure it with :func:`small_file_penalty`: the same samples
+in three layouts, read without decoding, once cold from this machine's disk and once
+through :class:`packlab.storage.NetworkFSModel`, beside what the model predicts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import torch
+
+from packlab.bench import time_loader
+
+
+def small_file_penalty(
+    root=None,
+    model=None,
+    workers: int | None = None,
+    folder_files: int = 2000,
+    shards: int | None = None,
+    cold_level: str | None = None,
+) -> dict:
+    """Reading speed (files/s, no decode) of a JPEG folder, a zip and tar shards on slow storage.
+
+    Two kinds of slow: *cold* (real disk reads after :func:`packlab.storage.make_cold` at
+    ``cold_level``, by default the strongest level this process may use; ``"cold_level"``
+    in the result says which) and *modelled* (:class:`packlab.storage.NetworkFSModel`, the
+    same delays applied to every loader through its ``opener``). Decoding is left out on
+    purpose (the transform only counts bytes): this measures the storage pattern, which
+    decode time would otherwise hide on a machine with few cores. The folder and the zip
+    are read in shuffled order, as a training epoch reads them; the shards in order. The
+    folder reads only its first ``folder_files`` files under the model (it is slow there;
+    the rate is what counts). ``shards`` reads only the first that many tar shards, and the
+    folder and the zip only the samples those hold, so a chapter can repeat the whole
+    measurement in less time. Returns measured rates, the model's parameters and its prediction.
+    """
+    from torch.utils.data import DataLoader
+
+    from packlab import data, pack, storage
+    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
+    from packlab.loaders.tar import skip_decode
+
+    workers = data.available_cores() if workers is None else workers
+    model = model or storage.NetworkFSModel()
+    manifest = data.load_manifest(root)
+    all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), workers),
+                                                           root=root, progress=False)]
+    zip_path = pack.ensure_zip(root=root, progress=False)
+    shards = all_shards if shards is None else all_shards[:shards]
+    if len(shards) < len(all_shards):  # the same samples in every layout: those of the shards read
+        held = _keys_in_shards(shards)
+        manifest = [s for s in manifest if s.key in held]
+
+    def rate(dataset, batch_size=64) -> float:
+        # Map-style datasets are read in shuffled order, as in training; tar shards in order, as designed.
+        shuffle = not isinstance(dataset, torch.utils.data.IterableDataset)
+        generator = torch.Generator().manual_seed(0)
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
+                            num_workers=workers, multiprocessing_context="fork" if workers else None)
+        return time_loader(loader, epochs=1).images_per_s
+
+    def folder(keys, opener=None):
+        return JpegFolderDataset(root, keys=keys, transform=skip_decode, **({"opener": opener} if opener else {}))
+
+    out: dict = {"workers": workers, "images": len(manifest), "model": asdict(model), "model_text": model.describe()}
+    all_keys = [s.key for s in manifest]
+    some_keys = all_keys[:folder_files]
+
+    # Cold: make the files cold, read once (every file), and compare with the same read warm.
+    level = cold_level if cold_level is not None else (storage.cold_levels() or [None])[-1]
+    out["cold_level"] = level
+    if level is not None:
+        images = [data.image_path(k, root) for k in all_keys]
+        cold = {}
+        storage.make_cold(images, level)
+        cold["folder_cold"] = rate(folder(all_keys))
+        cold["folder_warm"] = rate(folder(all_keys))
+        storage.make_cold([zip_path], level)
+        cold["zip_cold"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
+        cold["zip_warm"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
+        storage.make_cold(shards, level)
+        cold["tar_cold"] = rate(TarShardDataset(shards, transform=skip_decode))
+        cold["tar_warm"] = rate(TarShardDataset(shards, transform=skip_decode))
+        out["cold_files_per_s"] = cold
+    else:
+        out["cold_files_per_s"] = None
+
+    modelled = {
+        "folder": rate(folder(some_keys, opener=model.open)),
+        "zip": rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
+        "tar": rate(TarShardDataset(shards, transform=skip_decode, opener=model.open)),
+    }
+    out["modelled_files_per_s"] = modelled
+    out["tar_vs_folder_modelled"] = modelled["tar"] / modelled["folder"]
+    prediction = storage.predict_reading(model, [s.bytes for s in manifest], [os.path.getsize(p) for p in shards])
+    out["predicted_files_per_s"] = {
+        layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
+    }
+    return out
+
+
+def _keys_in_shards(shards: Sequence[str]) -> set[str]:
+    """The keys of the samples the given tar shards hold (read from their headers alone)."""
+    import tarfile
+
+    from packlab.loaders.tar import IMAGE_EXTENSION, split_key
+
+    keys = set()
+    for shard in shards:
+        with tarfile.open(shard, mode="r:") as tar:
+            keys.update(split_key(m.name)[0] for m in tar if m.isfile() and split_key(m.name)[1] == IMAGE_EXTENSION)
+    return keys
+
+
+def shard_size_for(images: int, max_workers: int) -> int:
+    """The course's 1,000 samples a shard, or fewer when a small dataset would give a worker no shard."""
+    return max(1, min(1000, images // (2 * max(1, max_workers))))
+
+
+def workers_or_one(workers: int) -> int:
+    """Readers working in parallel: the workers, or the main process when there are none."""
+    return max(1, workers)
