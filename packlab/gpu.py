@@ -73,6 +73,8 @@ class CudaPrefetcher:
         return len(self.loader)
 
     def __iter__(self):
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"CudaPrefetcher needs a CUDA device, and there is none: {cuda_status()}")
         copy_stream = torch.cuda.Stream(self.device)
         mean = None if self.mean is None else torch.tensor(self.mean, device=self.device)
         std = None if self.std is None else torch.tensor(self.std, device=self.device)

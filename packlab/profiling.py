@@ -85,6 +85,30 @@ def profile_training(loader: Iterable, step: Callable, max_batches: int | None =
     return TrainingProfile(wall, waiting, stepping, batches, table)
 
 
+def crossing_seconds(batch) -> float:
+    """Seconds for a worker's side of handing ``batch`` over: a fresh shared-memory block, filled, and its handle pickled.
+
+    What a DataLoader worker does with every batch it sends (chapter 8): the batch is
+    written into new shared memory (a page fault per 4 kB) and pickled as a file
+    descriptor and a shape. The training process's side (mapping and later unmapping the
+    block) costs about as much again and is not in this number.
+    """
+    from multiprocessing import resource_sharer
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+
+    start = time.perf_counter()
+    storage = torch.empty(0, dtype=batch.dtype)._typed_storage()._new_shared(batch.numel(), device="cpu")
+    shared = torch.empty(0, dtype=batch.dtype).new(storage).view(batch.shape)
+    shared.copy_(batch)
+    ForkingPickler.dumps(shared)
+    del shared, storage
+    seconds = time.perf_counter() - start
+    resource_sharer.stop()  # pickling lent the block's descriptor to a helper thread; nobody will ask for it
+    return seconds
+
+
 # ------------------------------------------------------------------------------- py-spy
 
 

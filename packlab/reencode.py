@@ -103,6 +103,45 @@ def write_stored_shards(inputs: Sequence[str | Path], folder: str | Path, form: 
     return [Path(r.output) for r in report.shards], report
 
 
+def stored_folder(inputs: Sequence[str | Path], form: StoredFormat, parent: str | Path) -> Path:
+    """A folder for the ``inputs`` shards re-encoded in ``form``, named after the inputs' names, sizes and times.
+
+    ``map_shards`` skips an output that exists, by name; should the input shards be
+    rewritten (another shard size, a regenerated dataset), their names may stay the same
+    while their samples change. Naming the folder after the inputs' sizes and modification
+    times means such a change gets a fresh folder instead of stale outputs.
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in inputs:
+        stat = Path(path).stat()
+        digest.update(f"{Path(path).name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return Path(parent) / f"{form.folder_name}-{digest.hexdigest()[:10]}"
+
+
+def stored_pixel_error(stored_shards: Sequence[str | Path], reference: dict, read, limit: int | None = None) -> dict:
+    """PSNR of the stored images, as ``read(jpg_bytes, source)`` delivers them, against ``reference[key]`` pixels.
+
+    ``reference`` maps keys to the standard transform's uint8 pixels (height x width x
+    RGB); samples of the shards not in it are passed over, and at most ``limit`` are
+    compared. Returns ``{"images", "psnr_db", "largest_difference"}``.
+    """
+    from packlab.decode import largest_difference, psnr_over
+    from packlab.preprocess import iter_samples
+
+    delivered, expected = [], []
+    for shard in stored_shards:
+        for key, files in iter_samples(shard):
+            if key in reference and (limit is None or len(delivered) < limit):
+                delivered.append(read(files["jpg"], f"{shard}:{key}.jpg"))
+                expected.append(reference[key])
+    if not delivered:
+        raise ValueError("none of the reference keys is in the stored shards")
+    return {"images": len(delivered), "psnr_db": psnr_over(delivered, expected),
+            "largest_difference": max(largest_difference(a, b) for a, b in zip(delivered, expected))}
+
+
 def total_bytes(paths: Sequence[str | Path]) -> int:
     """Bytes on disk of some files (shards, or the original JPEGs)."""
     return sum(Path(p).stat().st_size for p in paths)
