@@ -35,6 +35,12 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+# Imported here, not inside the functions: a DataLoader worker forked from a process that
+# has already imported torchvision inherits it, while a worker that imports it itself pays
+# the import (seconds, the whole torchvision package) in every worker of every epoch.
+from torchvision.io import ImageReadMode, decode_jpeg
+from torchvision.transforms.v2 import functional as transforms_v2
+
 from packlab.transforms import IMAGE_SIZE, CorruptImageError, decode_rgb
 
 
@@ -89,8 +95,6 @@ def decode_torchvision(data: bytes | torch.Tensor, source: str = "<bytes>") -> t
     makes one without copying (over a ``bytearray``, since ``bytes`` are read-only). The
     result is a channels-first *view* of the decoder's height x width x RGB output.
     """
-    from torchvision.io import ImageReadMode, decode_jpeg
-
     encoded = data if isinstance(data, torch.Tensor) else torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
         return decode_jpeg(encoded, mode=ImageReadMode.RGB)
@@ -128,9 +132,7 @@ def resize_uint8(image: torch.Tensor, size: int = IMAGE_SIZE) -> torch.Tensor:
     ``interpolate`` as it is; elsewhere it converts to float32 and back (see
     :func:`uint8_resize_is_native`).
     """
-    from torchvision.transforms.v2 import functional as F
-
-    return F.resize(image, [size, size], antialias=True)
+    return transforms_v2.resize(image, [size, size], antialias=True)
 
 
 def uint8_resize_is_native() -> bool:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
-from packlab.loaders.batching import to_float_batch
+from packlab.loaders.batching import FloatBatches, to_float_batch
 from packlab.transforms import IMAGE_SIZE
 
 
@@ -48,8 +48,11 @@ def cuda_status() -> str:
     return f"CUDA device {index}: {torch.cuda.get_device_name(index)} (torch built with CUDA {torch.version.cuda})"
 
 
-class CudaPrefetcher:
+class CudaPrefetcher(FloatBatches):
     """Iterate a loader of ``[uint8 images, labels, ...]`` batches as float batches already on the GPU.
+
+    :class:`~packlab.loaders.batching.FloatBatches` with the copy and conversion moved
+    ahead of the training loop.
 
     Up to ``depth`` batches are on their way at any time: each is copied to ``device``
     (non-blocking, from pinned memory) and converted there (``/ 255``, then normalised
@@ -62,15 +65,8 @@ class CudaPrefetcher:
                  std: Sequence[float] | None = None, depth: int = 2):
         if depth < 1:
             raise ValueError("depth must be at least 1")
-        self.loader, self.device, self.depth = loader, torch.device(device), depth
-        self.mean, self.std = mean, std
-
-    @property
-    def dataset(self):
-        return getattr(self.loader, "dataset", None)
-
-    def __len__(self) -> int:
-        return len(self.loader)
+        super().__init__(loader, torch.device(device), mean, std)
+        self.depth = depth
 
     def __iter__(self):
         if not torch.cuda.is_available():
@@ -119,7 +115,7 @@ def nvjpeg_decode_and_resize(encoded: Sequence[bytes], device="cuda", size: int 
     """
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    from packlab.decode import resize_uint8
+    from packlab.decode import resize_uint8  # imports torchvision: only when decoding on the GPU
 
     tensors = [torch.frombuffer(bytearray(blob), dtype=torch.uint8) for blob in encoded]
     images = decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device)

@@ -16,6 +16,7 @@ import io
 import numpy as np
 import torch
 from PIL import Image
+from torchvision.transforms.v2 import functional as F
 
 from packlab.course.grading import check, list_checks
 
@@ -63,8 +64,6 @@ class RightWithTorch:
 
     @staticmethod
     def transform(jpeg_bytes, source="<bytes>"):
-        from torchvision.transforms.v2 import functional as F
-
         pixels = torch.from_numpy(np.array(decode_draft(jpeg_bytes))).permute(2, 0, 1)
         return F.resize(pixels, [256, 256], antialias=True).contiguous()
 

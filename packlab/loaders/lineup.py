@@ -41,7 +41,6 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
     from torch.utils.data import DataLoader
 
     from packlab.loaders import JpegFolderDataset, RecyclingLoader, TarShardDataset, ThreadLoader, ZipDataset
-    from packlab.decode import stored_decode
     from packlab.loaders.batching import FloatBatches, collate_uint8_batch, collate_uint8_images
     from packlab.loaders.peers import SpdlPipelineLoader, TorchdataNodesLoader
     from packlab.loaders.with_webdataset import webdataset_loader
@@ -76,6 +75,8 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
 
     stored = {}
     if stored_shards is not None:
+        from packlab.decode import stored_decode  # imports torchvision, which the other rows do not need
+
         stored = {
             STORED_LOADERS[0]: (STORED_OURS, lambda w: uint8_tar(w, stored_shards, stored_decode)),
             STORED_LOADERS[1]: (STORED_PEER, lambda w: FloatBatches(webdataset_loader(
