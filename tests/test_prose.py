@@ -31,7 +31,9 @@ def _segments(text: str):
     for match in CELL.finditer(text):
         yield "markdown", text[position : match.start()]
         body = match.group(1)
-        # MyST cell options (":tags: [...]") come first; they are not Python.
+        # MyST cell options come first, as ":tags: [...]" lines or a YAML block between "---"
+        # lines (for nested metadata such as jupyter: source_hidden); they are not Python.
+        body = re.sub(r"\A---\n.*?^---\n", "", body, flags=re.S | re.M)
         body = "\n".join(line for line in body.splitlines() if not line.startswith(":"))
         yield "code", body
         position = match.end()
