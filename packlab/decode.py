@@ -64,10 +64,11 @@ def draft_scale(width: int, height: int, target: tuple[int, int] = (IMAGE_SIZE, 
 
     Pillow (``JpegImagePlugin.draft``) takes ``min(width // target_w, height // target_h)``
     and rounds it down to a power of two no larger than 8, so that the decoded image is
-    never smaller than the target. A 400 x 350 image at 256 x 256 gets 1: no reduction.
+    never smaller than the target. A 400 x 350 image at 256 x 256 gets 1: no reduction
+    (so does a 400 x 250 one, smaller than the target in one direction).
     """
-    factor = min(width // target[0], height // target[1])
-    return next(s for s in (8, 4, 2, 1) if factor >= s)
+    factor = min(width // target[0], height // target[1])  # 0 where a side is below the target: no reduction
+    return next((s for s in (8, 4, 2) if factor >= s), 1)
 
 
 def decode_pillow_draft(data: bytes, source: str = "<bytes>", size: int = IMAGE_SIZE) -> np.ndarray:

@@ -32,6 +32,7 @@ def blobs(small_root):
 
 def test_draft_scale_follows_pillow():
     assert decode.draft_scale(400, 350) == 1
+    assert decode.draft_scale(400, 250) == 1  # smaller than the target one way
     assert decode.draft_scale(600, 520) == 2
     assert decode.draft_scale(1600, 1400) == 4  # min(6, 5) = 5, rounded down to a power of two
     assert decode.draft_scale(4000, 3000) == 8

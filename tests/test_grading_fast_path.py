@@ -111,7 +111,7 @@ class ResizeFloat(Right):
         pixels = torch.from_numpy(np.array(decode_draft(jpeg_bytes))).permute(2, 0, 1).float() / 255
         resized = torch.nn.functional.interpolate(pixels[None], size=(256, 256), mode="bilinear", antialias=True,
                                                   align_corners=False)[0]
-        return (resized * 255).round().clamp(0, 255).to(torch.uint8)
+        return (resized * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()  # HWC, as Right's
 
 
 class FullDecode(Right):
