@@ -172,11 +172,24 @@ def simplejpeg_decode_and_resize(data: bytes, source: str = "<bytes>") -> torch.
 
 
 def stored_decode(data: bytes, source: str = "<bytes>") -> torch.Tensor:
-    """Decode a JPEG stored at the training size (:mod:`packlab.reencode`): a 3 x H x W uint8 tensor, contiguous.
+    """Decode a JPEG stored at the training size (:mod:`packlab.reencode`): a 3 x H x W uint8 tensor.
 
-    Nothing to resize: the whole cost is one small decode.
+    Nothing to resize: the whole cost is one small decode. The tensor is a channels-first
+    view of the decoder's output; the collate copies it into the batch anyway, so making
+    it contiguous here would copy it twice.
     """
-    return decode_torchvision(data, source).contiguous()
+    return decode_torchvision(data, source)
+
+
+def stored_decode_hwc(data: bytes, source: str = "<bytes>") -> np.ndarray:
+    """:func:`stored_decode` as height x width x RGB uint8 pixels, without a copy.
+
+    libjpeg writes pixels interleaved (height x width x RGB) and torchvision returns a
+    channels-first *view* of that buffer; permuting back gives the buffer itself. This is
+    the layout the course's batch writers convert from (:func:`packlab.transforms.to_tensor`),
+    e.g. straight into a recycled batch buffer.
+    """
+    return decode_torchvision(data, source).permute(1, 2, 0).numpy()
 
 
 # ------------------------------------------------------------------------------ pixel error

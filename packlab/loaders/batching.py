@@ -157,7 +157,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def to_float_batch(images: torch.Tensor, device=None, mean: Sequence[float] | None = None,
-                   std: Sequence[float] | None = None, non_blocking: bool = False) -> torch.Tensor:
+                   std: Sequence[float] | None = None, non_blocking: bool = False,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """The consumer's half of a uint8 hand-over: move a uint8 N x C x H x W batch to ``device``, then make it float.
 
     Without ``mean``/``std`` the result is the course's standard batch, ``float32(pixel) /
@@ -165,13 +166,15 @@ def to_float_batch(images: torch.Tensor, device=None, mean: Sequence[float] | No
     them, each channel is then normalised, ``(x - mean) / std``, once. The copy to the
     device happens *before* the conversion, so it moves a quarter of the bytes;
     ``non_blocking=True`` lets a copy from pinned memory overlap other work
-    (:mod:`packlab.gpu`).
+    (:mod:`packlab.gpu`). ``out``, a float32 tensor of the batch's shape on its device,
+    receives the result instead of new memory.
     """
     if images.dtype != torch.uint8:
         raise TypeError(f"expected a uint8 batch, got {images.dtype}: convert once, in the consumer, and only uint8")
     if device is not None:
         images = images.to(device, non_blocking=non_blocking)
-    out = torch.empty(images.shape, dtype=torch.float32, device=images.device)
+    if out is None:
+        out = torch.empty(images.shape, dtype=torch.float32, device=images.device)
     torch.div(images, 255, out=out)
     if (mean is None) != (std is None):
         raise ValueError("give both mean and std, or neither")
@@ -186,13 +189,32 @@ class FloatBatches:
     """Any loader of ``[uint8 images, labels, ...]`` batches, delivering the same batches with float images.
 
     The conversion (:func:`to_float_batch`) runs here, in the consuming process, as each
-    batch is taken: on ``device`` if given. ``.dataset`` and ``len()`` are the wrapped
-    loader's, so :func:`packlab.bench.time_loader` (which calls ``dataset.set_epoch``)
-    times it like any loader.
+    batch is taken: on ``device`` if given. On the CPU each float batch is written into a
+    recycled buffer (chapter 8's :class:`~packlab.loaders.recycling.BatchBufferPool`),
+    which returns to the pool only once the training loop has dropped every reference
+    to that batch: 50 MB of new memory per batch would cost a page fault per 4 kB, here
+    in the training process (``recycle=False`` allocates anew every time).
+    ``.dataset`` and ``len()`` are the wrapped loader's, so
+    :func:`packlab.bench.time_loader` (which calls ``dataset.set_epoch``) times it like
+    any loader.
     """
 
-    def __init__(self, loader, device=None, mean: Sequence[float] | None = None, std: Sequence[float] | None = None):
+    def __init__(self, loader, device=None, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                 recycle: bool = True):
         self.loader, self.device, self.mean, self.std = loader, device, mean, std
+        self.recycle = recycle
+        self._pool = None
+
+    def _recycled(self, images: torch.Tensor) -> torch.Tensor:
+        """``images`` converted into a buffer of the pool, lent until the training loop drops it."""
+        from packlab.loaders.recycling import BatchBufferPool
+
+        count, shape = len(images), tuple(images.shape[1:])
+        if self._pool is None or self._pool.shape[1:] != shape or self._pool.shape[0] < count:
+            self._pool = BatchBufferPool((count, *shape))
+        slot = self._pool.acquire()
+        to_float_batch(images, mean=self.mean, std=self.std, out=self._pool.buffer(slot)[:count])
+        return self._pool.lend(slot, count)
 
     @property
     def dataset(self):
@@ -202,6 +224,10 @@ class FloatBatches:
         return len(self.loader)
 
     def __iter__(self):
+        on_cpu = self.device is None or torch.device(self.device).type == "cpu"
         for batch in self.loader:
             images, *rest = batch
-            yield [to_float_batch(images, self.device, self.mean, self.std), *rest]
+            if self.recycle and on_cpu and images.dtype == torch.uint8:
+                yield [self._recycled(images), *rest]
+            else:
+                yield [to_float_batch(images, self.device, self.mean, self.std), *rest]

@@ -17,7 +17,8 @@ STORED_OURS, STORED_PEER = "stored, ours", "stored, peer"
 #: The course's original loaders, also swept over worker counts.
 SWEPT = ("JPEG folder", "zip, per-worker handle", "tar shards (ours)", "webdataset")
 #: The rows that need ``stored_shards`` (:func:`loader_factories`).
-STORED_LOADERS = ("stored 256 px JPEG, uint8 (ours)", "webdataset, stored 256 px JPEG", "SPDL, stored 256 px JPEG")
+STORED_LOADERS = ("stored 256 px JPEG, uint8 (ours)", "stored 256 px JPEG, recycling (ours)",
+                  "webdataset, stored 256 px JPEG", "SPDL, stored 256 px JPEG")
 
 
 def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, seed: int = 0,
@@ -34,9 +35,11 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
 
     With ``stored_shards`` (the same samples re-encoded at 256 x 256 by
     :mod:`packlab.reencode`) come the rows of :data:`STORED_LOADERS`: each decodes the
-    small JPEGs with torchvision (:func:`packlab.decode.stored_decode`), the fastest decoder
-    here for them, hands uint8 batches over and converts them in the training process;
-    the peers get the same decoder and batching, not a handicap.
+    small JPEGs with torchvision (:func:`packlab.decode.stored_decode`); ``uint8`` hands
+    uint8 batches over and converts them in the training process (into recycled buffers),
+    ``recycling`` converts in the workers straight into chapter 8's recycled shared batch
+    buffers, so no batch is built in fresh memory on either side. The peers get the same
+    decoder and the uint8 hand-over, not a handicap.
     """
     from torch.utils.data import DataLoader
 
@@ -75,14 +78,17 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
 
     stored = {}
     if stored_shards is not None:
-        from packlab.decode import stored_decode  # imports torchvision, which the other rows do not need
+        from packlab.decode import stored_decode, stored_decode_hwc  # import torchvision, which the rest do not need
 
         stored = {
             STORED_LOADERS[0]: (STORED_OURS, lambda w: uint8_tar(w, stored_shards, stored_decode)),
-            STORED_LOADERS[1]: (STORED_PEER, lambda w: FloatBatches(webdataset_loader(
+            STORED_LOADERS[1]: (STORED_OURS, lambda w: RecyclingLoader(
+                TarShardDataset(stored_shards, shuffle_buffer=1000, seed=seed, transform=stored_decode_hwc),
+                batch_size=batch_size, workers=max(1, w), multiprocessing_context="fork")),
+            STORED_LOADERS[2]: (STORED_PEER, lambda w: FloatBatches(webdataset_loader(
                 stored_shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=False,
                 transform=stored_decode, collation_fn=collate_uint8_batch))),
-            STORED_LOADERS[2]: (STORED_PEER, lambda w: FloatBatches(SpdlPipelineLoader(
+            STORED_LOADERS[3]: (STORED_PEER, lambda w: FloatBatches(SpdlPipelineLoader(
                 stored_shards, w, batch_size, seed, transform=stored_decode, collate=collate_uint8_batch))),
         }
 
