@@ -65,7 +65,7 @@ SECTIONS["formats"] = _formats_section
 
 def _gpu_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Chapter 11 on a GPU: nvJPEG decode and the CUDA prefetcher (:mod:`packlab.gpu`); skipped, saying why, without one."""
-    from packlab import data, gpu, pack
+    from packlab import data, gpu, pack, paths
     from packlab.decode import stored_decode
     from packlab.loaders import TarShardDataset
     from packlab.loaders.batching import collate_uint8_batch
@@ -80,7 +80,10 @@ def _gpu_section(root=None, quick: bool = False, log: Callable[[str], None] = pr
     encoded = [data.image_path(s.key, root).read_bytes() for s in manifest]
     out: dict = {"cuda": True, "status": status, "images": len(encoded)}
     out["nvjpeg_originals_images_per_s"] = gpu.gpu_decode_rate(encoded)
-    stored = _stored_shards(root, pack.ensure_tar_shards(root=root, progress=False))
+    # The shards the loaders read (whatever their size); written only if the loaders did not run.
+    shards = sorted((paths.packed_dir(root) / "shards").glob("shard-*.tar")) or pack.ensure_tar_shards(root=root,
+                                                                                                      progress=False)
+    stored = _stored_shards(root, shards)
     loader = DataLoader(TarShardDataset([str(p) for p in stored], transform=stored_decode), batch_size=64,
                         num_workers=data.available_cores(), pin_memory=True, collate_fn=collate_uint8_batch,
                         multiprocessing_context="fork")
