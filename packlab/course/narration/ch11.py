@@ -91,3 +91,16 @@ def gpu_sentence(status: str, measured: Mapping | None) -> str:
                 "`make bench` records the same in `bench.json` under `gpu`")
     return (f"On {status}: nvJPEG decoded and resized the originals at {measured['nvjpeg']} images/s; the stored "
             f"256-pixel JPEGs reached the GPU, converted and normalised, at {measured['prefetched']} images/s")
+
+
+def draft_rule(large_draft: Spread, large_full: Spread, small_draft: Spread, small_full: Spread) -> str:
+    """The lesson of the two draft measurements (large sources, ImageNet-sized sources), as far as they support it."""
+    large, small = compare(large_full, large_draft), compare(small_full, small_draft)
+    if large > 0 and small == 0:
+        return ("So a reduced decode pays where the source is at least twice the target in both directions, and "
+                "changes nothing below that.")
+    if large > 0:
+        return "The reduced decode paid on the large sources; on the ImageNet-sized ones the runs say: " + (
+            "it was dearer." if small < 0 else "it was cheaper, which `draft` alone cannot explain.")
+    return ("On this run even the large sources did not show a clear gain from `draft`: the machine was too busy "
+            "to tell, or decoding is not what limits it here.")
