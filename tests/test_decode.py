@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import audit, data, decode, gpu, pack, profiling, reencode
+from packlab.preprocess import iter_samples
 from packlab.loaders import TarShardDataset
 from packlab.loaders.batching import (
     FloatBatches,
@@ -200,3 +201,24 @@ def test_prefetcher_and_nvjpeg_on_the_gpu(blobs):
     assert decoded.shape == (len(blobs), 3, 256, 256) and decoded.dtype == torch.uint8
     reference = [decode_and_resize(b) for b in blobs]
     assert decode.psnr_over(list(decoded.cpu()), reference) > 30
+
+
+def test_recycling_loader_on_stored_shards_delivers_every_key_once_as_the_uint8_path(small_root, tmp_path):
+    from packlab.loaders import RecyclingLoader
+
+    shards = pack.write_tar_shards(tmp_path / "shards", root=small_root, maxcount=20, shuffle=False, progress=False)
+    form = reencode.StoredFormat(256, 90)
+    stored, _ = reencode.write_stored_shards(shards, tmp_path / "stored", form, processes=1)
+    loader = RecyclingLoader(TarShardDataset([str(p) for p in stored], transform=decode.stored_decode_hwc,
+                                             return_key=True), batch_size=16, workers=2, multiprocessing_context="fork",
+                             timeout=60)
+    delivered = {}
+    records = []
+    for images, labels, keys in loader:
+        records += audit.records_from_batches([(images, labels, keys)], with_pixels=False)
+        delivered.update((key, image.clone()) for key, image in zip(keys, images))
+    manifest = data.load_manifest(small_root)
+    assert audit.audit_epoch(records, manifest).ok
+    for key, files in ((k, f) for shard in stored for k, f in iter_samples(shard)):
+        expected = to_float_batch(decode.stored_decode(files["jpg"])[None])[0]
+        assert torch.equal(delivered[key], expected), key
