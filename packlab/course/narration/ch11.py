@@ -52,14 +52,22 @@ def spreads_table(spreads: Mapping[str, Spread], quantity: str, label: str, fmt:
     return markdown_table(rows)
 
 
-def cost_words(cheaper: Spread, dearer: Spread) -> str:
-    """Two per-image costs compared (lower is better): ``"2.8 times less"``, ``"1.3 times more"`` or no clear difference."""
-    return ratio_words(dearer, cheaper, higher="less", lower="more")
+def cost_words(cost: Spread, reference: Spread, than: str) -> str:
+    """A per-image cost against a reference cost, as a clause: ``"cost 2.8 times less than <than>"``,
+    ``"cost 1.3 times more than <than>"``, or ``"cost about as much as <than> (no clear difference)"``."""
+    words = ratio_words(reference, cost, higher="less", lower="more")
+    if words == "no clear difference":
+        return f"cost about as much as {than} (no clear difference)"
+    return f"cost {words} than {than}"
 
 
-def rate_words(a: Spread, b: Spread) -> str:
-    """Two rates compared (higher is better): ``"1.4 times faster"`` etc."""
-    return ratio_words(a, b)
+def rate_words(a: Spread, b: Spread, than: str | None = None) -> str:
+    """Two rates compared (higher is better): ``"1.4 times faster"``, with ``than``: ``"1.4 times faster than <than>"``,
+    or ``"not clearly faster or slower than <than>"``."""
+    words = ratio_words(a, b)
+    if than is None:
+        return words
+    return f"not clearly faster or slower than {than}" if words == "no clear difference" else f"{words} than {than}"
 
 
 def pays_sentence(a: Spread, b: Spread, what: str) -> str:
@@ -69,8 +77,8 @@ def pays_sentence(a: Spread, b: Spread, what: str) -> str:
         return f"{what} paid here: {ratio_words(a, b)} end to end"
     if verdict < 0:
         return f"{what} cost here: {ratio_words(a, b)} end to end"
-    return (f"{what} made no clear difference end to end here: on two cores the conversion it moves to the training "
-            "process still takes a core, so what it saves in page faults is spent again there")
+    return (f"{what} made no clear difference end to end here; on this two-core machine the conversion it moves "
+            "into the training process still needs one of the same two cores")
 
 
 def draft_sentence(scales: Mapping[int, int]) -> str:
