@@ -1,8 +1,10 @@
 """The small-file penalty: a JPEG folder, a zip and tar shards read from slow storage.
 
 Chapter 7 and ``make bench`` measure it with :func:`small_file_penalty`: the same samples
-in three layouts, read without decoding, once cold from this machine's disk and once
-through :class:`packlab.storage.NetworkFSModel`, beside what the model predicts.
+in three layouts, the zip through two readers (``zipfile``'s, which asks for a member's
+header and then its data, and positional reads from the central directory's offsets,
+one request per member), read without decoding, once cold from this machine's disk and
+once through :class:`packlab.storage.NetworkFSModel`, beside what the model predicts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import asdict
 import torch
 
 from packlab.bench import time_loader
+
+#: The layouts :func:`small_file_penalty` reads, as its result names them, and how a reader would.
+LAYOUTS = {"folder": "JPEG folder", "zip": "zip, ZipFile", "zip_pread": "zip, pread", "tar": "tar shards"}
 
 
 def small_file_penalty(
@@ -41,7 +46,7 @@ def small_file_penalty(
     from torch.utils.data import DataLoader
 
     from packlab import data, pack, storage
-    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
+    from packlab.loaders import JpegFolderDataset, PreadZipDataset, TarShardDataset, ZipDataset
     from packlab.loaders.tar import skip_decode
 
     workers = data.available_cores() if workers is None else workers
@@ -79,9 +84,10 @@ def small_file_penalty(
         storage.make_cold(images, level)
         cold["folder_cold"] = rate(folder(all_keys))
         cold["folder_warm"] = rate(folder(all_keys))
-        storage.make_cold([zip_path], level)
-        cold["zip_cold"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
-        cold["zip_warm"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
+        for name, reader in (("zip", ZipDataset), ("zip_pread", PreadZipDataset)):
+            storage.make_cold([zip_path], level)
+            cold[f"{name}_cold"] = rate(reader(zip_path, keys=all_keys, transform=skip_decode))
+            cold[f"{name}_warm"] = rate(reader(zip_path, keys=all_keys, transform=skip_decode))
         storage.make_cold(shards, level)
         cold["tar_cold"] = rate(TarShardDataset(shards, transform=skip_decode))
         cold["tar_warm"] = rate(TarShardDataset(shards, transform=skip_decode))
@@ -92,6 +98,7 @@ def small_file_penalty(
     modelled = {
         "folder": rate(folder(some_keys, opener=model.open)),
         "zip": rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
+        "zip_pread": rate(PreadZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
         "tar": rate(TarShardDataset(shards, transform=skip_decode, opener=model.open)),
     }
     out["modelled_files_per_s"] = modelled
