@@ -210,6 +210,45 @@ def cold_read_seconds(read: Callable[[], object], files: Sequence[Path | str], l
 # ----------------------------------------------------------- network filesystem model
 
 
+class SharedLink:
+    """One network link whose bandwidth every reader shares, in this process and in its DataLoader workers.
+
+    Each transfer books the link for ``nbytes / bandwidth`` seconds after whatever is
+    already booked, and waits until its booking ends: two readers that transfer at once
+    each get half the bandwidth, as clients behind one node's link do. The booking lives
+    in shared memory (a one-number tensor, inherited by ``fork`` workers and sent as a
+    handle to ``spawn`` ones) and is changed under a lock on a small file, so every
+    process sees the same link.
+    """
+
+    def __init__(self):
+        import tempfile
+        import weakref
+
+        import torch
+
+        self._booked_until = torch.zeros(1, dtype=torch.float64).share_memory_()  # time.monotonic() seconds
+        handle, self._lock_path = tempfile.mkstemp(prefix="packlab-link-", suffix=".lock")
+        os.close(handle)
+        weakref.finalize(self, _remove_if_mine, self._lock_path, os.getpid())
+
+    def transfer(self, seconds: float) -> None:
+        """Wait for ``seconds`` of this link's time, after the transfers booked before it."""
+        import fcntl
+
+        with open(self._lock_path, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            now = time.monotonic()  # one clock for every process of the machine
+            end = max(now, float(self._booked_until[0])) + seconds
+            self._booked_until[0] = end
+        time.sleep(max(0.0, end - now))
+
+
+def _remove_if_mine(path: str, pid: int) -> None:
+    if os.getpid() == pid:
+        Path(path).unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class NetworkFSModel:
     """Per-open and per-request delays of a shared network filesystem (see the module docstring).
@@ -217,6 +256,12 @@ class NetworkFSModel:
     ``model.open(path)`` is an ``opener``: it returns a readable, seekable binary file
     whose ``open`` and read requests wait as the model says. Pass it to a loader's
     ``opener=`` argument.
+
+    By default ``bandwidth`` is every reader's own: two DataLoader workers each transfer
+    at the full rate at once, as if each had a link of its own. ``shared_link=True`` gives
+    all readers of the model one :class:`SharedLink` instead, as a node's clients share
+    the node's link or their share of a busy filesystem: then two workers reading at once
+    each get half.
     """
 
     open_s: float = 0.002
@@ -224,11 +269,24 @@ class NetworkFSModel:
     bandwidth: float = 500e6  # bytes per second
     min_request: int = 64 * 1024
     max_request: int = 1024 * 1024
+    shared_link: bool = False
+
+    def __post_init__(self):
+        if self.shared_link:  # not a field: asdict() and comparisons leave it out
+            object.__setattr__(self, "_link", SharedLink())
 
     def request_seconds(self, nbytes: int) -> float:
-        """Modelled wait for reading ``nbytes`` in one call: round trips plus transfer time."""
+        """Modelled wait for reading ``nbytes`` in one call: round trips plus transfer time (link to itself)."""
         requests = max(1, -(-nbytes // self.max_request))
         return requests * self.request_s + nbytes / self.bandwidth
+
+    def wait_for_request(self, nbytes: int) -> None:
+        """Wait as one request of ``nbytes`` would: its round trips, then its transfer (on the shared link if any)."""
+        if not self.shared_link:
+            time.sleep(self.request_seconds(nbytes))
+            return
+        time.sleep(max(1, -(-nbytes // self.max_request)) * self.request_s)
+        self._link.transfer(nbytes / self.bandwidth)
 
     def open(self, path: str | Path) -> BinaryIO:
         """Open ``path`` for reading, paying the modelled open latency now and the request latency per read."""
@@ -238,9 +296,10 @@ class NetworkFSModel:
     __call__ = open
 
     def describe(self) -> str:
+        link = "shared by all readers" if self.shared_link else "for each reader"
         return (
             f"{self.open_s * 1e3:g} ms per open, {self.request_s * 1e3:g} ms per read request "
-            f"({self.min_request // 1024}-{self.max_request // 1024} KiB), {self.bandwidth / 1e6:g} MB/s"
+            f"({self.min_request // 1024}-{self.max_request // 1024} KiB), {self.bandwidth / 1e6:g} MB/s {link}"
         )
 
     def predict_seconds(self, files: int, requests: int, nbytes: int) -> float:
@@ -383,7 +442,7 @@ class _DelayedFile(io.RawIOBase):
         """Wait as the model says for one request of ``nbytes``, and count it."""
         self.requests += 1
         self.bytes_fetched += nbytes
-        time.sleep(self._model.request_seconds(nbytes))
+        self._model.wait_for_request(nbytes)
 
     def pread(self, size: int, offset: int) -> bytes:
         """``size`` bytes from ``offset`` with ``os.pread``: neither this file's position nor the shared offset moves.

@@ -161,3 +161,29 @@ def test_read_at_leaves_the_file_offset_alone_locally_and_in_the_model(root, mon
         assert f.tell() == 3 and f.read(4) == whole[3:7]
     requests = slept[1:]  # after the open
     assert requests[:1] == [pytest.approx(model.request_seconds(1024))] and len(requests) == 2  # then the f.read
+
+
+def test_a_shared_link_serialises_the_transfers_of_every_process():
+    """Two forked processes that each move 0.2 s worth of bytes at once take 0.4 s on a shared link.
+
+    A lower bound, so it holds on a busy machine too: the bookings alone make the second
+    transfer end at least 0.4 s after the first began.
+    """
+    import multiprocessing
+
+    model = storage.NetworkFSModel(request_s=0.0, bandwidth=1e6, shared_link=True)
+    context = multiprocessing.get_context("fork")
+    start = time.monotonic()
+    readers = [context.Process(target=model.wait_for_request, args=(200_000,)) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(30)
+    assert [r.exitcode for r in readers] == [0, 0]
+    assert time.monotonic() - start >= 0.39
+    assert "shared by all readers" in model.describe() and model.shared_link is True
+
+
+def test_without_a_shared_link_each_reader_has_the_bandwidth_to_itself():
+    model = storage.NetworkFSModel(request_s=0.0, bandwidth=1e6)
+    assert model.request_seconds(200_000) == pytest.approx(0.2) and "for each reader" in model.describe()
