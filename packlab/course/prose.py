@@ -101,3 +101,32 @@ def names_text(names) -> str:
     if not names:
         raise ValueError("no names to list")
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def provides_figures(*names: str):
+    """Declare the names a sentence helper returns, for ``figures(**helper(...))``.
+
+    A chapter's prose cites ``{eval}`name``` only after a cell bound ``name``;
+    ``tests/test_prose.py`` checks that by reading the cells, and a name hidden in
+    ``**helper(...)`` is found through this declaration. The helper must return exactly
+    these names (checked on every call), so the declaration cannot drift from the code.
+    """
+    import functools
+
+    declared = frozenset(names)
+
+    def mark(helper):
+        @functools.wraps(helper)
+        def checked(*args, **kwargs):
+            values = helper(*args, **kwargs)
+            if set(values) != declared:
+                raise AssertionError(
+                    f"{helper.__qualname__} returned {sorted(set(values) ^ declared)} differently from what "
+                    "it declares with @provides_figures; update the declaration"
+                )
+            return values
+
+        checked.figure_names = declared
+        return checked
+
+    return mark

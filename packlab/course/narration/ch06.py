@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 from packlab.loaders.tar import split_shards_by_rank
+from packlab.course.prose import provides_figures
 
 
+@provides_figures("readers_16", "ranks_with_more", "more_shards", "ranks_with_fewer", "fewer_shards", "extra_batches_pct", "equal_ranks_16", "equal_readers_16", "equal_readers_16_mb")
 def shard_count_figures(shards: int, workers_per_rank: int, ranks: int) -> dict:
     """What ``shards`` equal shards do for ``ranks`` ranks of ``workers_per_rank`` workers: the prose's figures.
 
@@ -32,6 +34,7 @@ def shard_count_figures(shards: int, workers_per_rank: int, ranks: int) -> dict:
     }
 
 
+@provides_figures("wds_n", "wds_alone", "wds_workers", "wds_samples", "wds_batches", "wds_batch_size", "wds_batch_samples", "wds_equivalent")
 def with_epoch_figures(n: int, workers: int, batch_size: int, counted: dict) -> dict:
     """Sentences on what ``webdataset``'s ``.with_epoch(n)`` delivered, from ``counted``.
 

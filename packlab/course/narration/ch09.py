@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from packlab.course.prose import names_text
+from packlab.course.prose import names_text, provides_figures
 from packlab.formats import bench as formats_bench
 
 
@@ -69,15 +69,16 @@ def residency_text(results: dict) -> str:
             "figure is partly warm")
 
 
+@provides_figures("random_warm", "random_cold", "random_network_model", "sequential_warm", "sequential_cold", "sequential_network_model", "writing", "size_low", "size_high", "load_before", "load_after", "mean_kb", "measured_samples", "measured_rounds", "cold_level_text", "residency")
 def measured_figures(results: dict) -> dict:
     """Every sentence and figure of "Measured side by side", from :func:`packlab.formats.bench.measure_formats`."""
     figures = {}
     for access in formats_bench.ACCESSES:
         for condition in formats_bench.CONDITIONS:
             values = formats_bench.rates(results, access, condition)
-            if values:
-                figures[f"{access}_{condition.replace(' ', '_')}"] = ranking_sentence(
-                    values, f"{access.capitalize()} reads, {condition}")
+            what = f"{access.capitalize()} reads, {condition}"
+            figures[f"{access}_{condition.replace(' ', '_')}"] = (
+                ranking_sentence(values, what) if values else f"{what}: not measured on this system.")
     write_times = {name: entry["write_s"] for name, entry in results["layouts"].items()}
     figures["writing"] = ranking_sentence(write_times, "Writing", unit="s", highest=False, digits=2)
     ratios = [entry["allocated"] / results["jpeg_bytes"] for entry in results["layouts"].values()]
@@ -92,6 +93,7 @@ def measured_figures(results: dict) -> dict:
     return figures
 
 
+@provides_figures("parquet_random", "parquet_sequential", "parquet_gap", "lmdb_random", "lmdb_sequential", "hdf5_random", "npz_vs_zip", "tar_network", "folder_network")
 def fit_figures(results: dict) -> dict:
     """The figures of "When each format fits": each format's standing, warm unless said otherwise."""
     random_warm = formats_bench.rates(results, "random", "warm")

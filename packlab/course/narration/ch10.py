@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from packlab.bench import Spread, compare, ratio_words
-from packlab.course.prose import seconds_text
+from packlab.course.prose import provides_figures, seconds_text
 
 
+@provides_figures("s3_verdict", "library_verdict", "local_rate", "s3_rate", "wds_s3_rate", "s3_mb_s")
 def reading_figures(rates: dict[str, Spread], mb_per_image: float) -> dict:
     """Local files against S3, and our loader against webdataset over S3, in words from :func:`packlab.bench.compare`."""
     local, ours, theirs = rates["local files"], rates["S3, TarShardDataset"], rates["S3, webdataset"]
@@ -28,6 +29,7 @@ def reading_figures(rates: dict[str, Spread], mb_per_image: float) -> dict:
     }
 
 
+@provides_figures("parse_ours_us", "parse_wds_us", "parse_verdict", "parse_explains")
 def parsing_figures(parse_us: dict[str, Spread], rates: dict[str, Spread], samples: int, workers: int) -> dict:
     """Does the difference in parsing cost account for the difference between the two loaders over S3?
 
@@ -64,6 +66,7 @@ def after_the_kill(seconds: float) -> str:
     return f"{seconds_text(seconds)}"
 
 
+@provides_figures("copy_s", "predicted_copy_s", "in_place_s", "predicted_in_place_s", "local_s", "staging_verdict")
 def staging_figures(copy: Spread, in_place: Spread, local_read: Spread, break_even: float, worst: float,
                     best: float, predicted_copy_s: float, predicted_in_place_s: float) -> dict:
     """The staging sentences: times, and a break-even only where reading in place was clearly slower."""
@@ -80,6 +83,7 @@ def staging_figures(copy: Spread, in_place: Spread, local_read: Spread, break_ev
     }
 
 
+@provides_figures("retries", "resume_saving")
 def retry_figures(retries: int, bytes_not_reread: int) -> dict:
     """How many retries the workers made, and what resuming at sample boundaries saved, as a clause."""
     if bytes_not_reread == 0:
