@@ -34,7 +34,7 @@ def shard_count_figures(shards: int, workers_per_rank: int, ranks: int) -> dict:
     }
 
 
-@provides_figures("wds_n", "wds_alone", "wds_workers", "wds_samples", "wds_batches", "wds_batch_size", "wds_batch_samples", "wds_equivalent")
+@provides_figures("wds_n", "wds_alone", "wds_workers", "wds_samples", "wds_batches", "wds_batch_size", "wds_batch_samples", "wds_per_worker")
 def with_epoch_figures(n: int, workers: int, batch_size: int, counted: dict) -> dict:
     """Sentences on what ``webdataset``'s ``.with_epoch(n)`` delivered, from ``counted``.
 
@@ -52,6 +52,6 @@ def with_epoch_figures(n: int, workers: int, batch_size: int, counted: dict) -> 
         "wds_batches": f"{batch_items:,}",
         "wds_batch_size": batch_size,
         "wds_batch_samples": f"{batch_samples:,}",
-        "wds_equivalent": f"`.with_epoch({n // workers})` before `.batched` (or `nbatches={math.ceil(n / workers / batch_size)}` after it)",
+        "wds_per_worker": f"{n // workers:,}",
     }
 

@@ -136,6 +136,6 @@ def penalty_figures(rates: dict, predicted_rates: dict, model_ratio: tuple, cold
         "member_kib": f"{predicted['mean_file_bytes'] / 1024:.0f}",
         "pread_vs_zip_model": f"under the model the pread reader was {pread_model}",
         "cold_ranking": cold_ranking, "warm_verdict": warm_verdict,
-        "zip_reader_lesson": (f"`PreadZipDataset` against `ZipDataset`, the same archive: {pread_model} under the "
+        "zip_reader_lesson": (f"PreadZipDataset against ZipDataset, the same archive: {pread_model} under the "
                               f"model, and {pread_cold} cold"),
     }

@@ -43,6 +43,13 @@ def copy_figures(pickle_ms: dict[str, Spread], shared_in_worker: dict[str, bool]
     }
 
 
+def per_page_text(faults: int, pages: int) -> str:
+    """Whether filling a fresh batch took one page fault per page, or fewer (huge pages)."""
+    if faults >= 0.9 * pages:
+        return "one for each page"
+    return "fewer than one per page: this kernel maps several pages per fault (huge pages)"
+
+
 def memory_verdict(fresh: Spread, reused: Spread) -> str:
     """Fresh shared pages against reused ones, in words."""
     return {1: "fresh memory was clearly dearer", -1: "fresh memory was clearly cheaper",
