@@ -399,15 +399,16 @@ def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
             low = med - np.array([min(values[n]) for n in shown])
             high = np.array([max(values[n]) for n in shown]) - med
             xs = [names.index(n) + (i - 0.5) * width for n in shown]
-            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=f"C{i}")
+            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=f"C{i}",
+                   hatch="//" if i else "", edgecolor="white")
             for n in names:  # no bar: tar has no random access, LMDB no opener for the network model
                 if n not in values:
-                    ax.text(names.index(n) + (i - 0.5) * width, 0.04, "n/a", ha="center", va="bottom", fontsize=7,
+                    ax.text(names.index(n) + (i - 0.5) * width, 0.04, "n/a", ha="center", va="bottom", fontsize=10,
                             color=f"C{i}", transform=ax.get_xaxis_transform())
         ax.set_yscale("log")
         ax.set_ylabel("samples/s (log)")
-        ax.set_title(f"{condition}", fontsize=10)
-    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_title(f"{condition}", fontsize=11)
+    axes[0, 0].legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1, 0].set_xticks(range(len(names)), names)
     axes[-1, 0].set_xlabel("layout")
     fig.suptitle(f"Reading {results['samples']:,} samples, one process, no decode: median of {results['runs']} "
