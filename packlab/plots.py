@@ -305,14 +305,14 @@ def plot_small_file_penalty(penalty: Mapping, ax=None):
     hatches = ["", "//", ".."]
     for i, (group, values) in enumerate(groups.items()):
         heights = [v if v is not None else 0 for v in values]
-        bars = ax.bar(x + (i - (len(groups) - 1) / 2) * width, heights, width, label=group, color=f"C{i}",
+        bars = ax.bar(x + (i - (len(groups) - 1) / 2) * width, heights, width, label=group, color=PALETTE[i],
                       hatch=hatches[i % len(hatches)], edgecolor="white")
         ax.bar_label(bars, labels=[f"{v:,.0f}" if v else "" for v in values], fontsize=10, padding=2, rotation=90)
     predicted = penalty.get("predicted_files_per_s", {})
     model_x = x + (len(groups) - 1 - (len(groups) - 1) / 2) * width
     for position, name in zip(model_x, layouts):
         if name in predicted:
-            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2,
+            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2, marker="",
                     label="model's prediction (waiting only)" if name == layouts[0] else None)
     ax.set_yscale("log")
     ax.set_xticks(x, [LAYOUTS[name].replace(", ", ",\n") for name in layouts], fontsize=10)

@@ -386,6 +386,8 @@ def format_formats(results: dict) -> str:
 def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
     """Read rates of every layout, random and sequential, one panel per condition: median bars, whiskers lowest to highest."""
     import matplotlib.pyplot as plt
+
+    from packlab.plots import PALETTE
     import numpy as np
 
     names = list(results["layouts"])
@@ -399,12 +401,12 @@ def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
             low = med - np.array([min(values[n]) for n in shown])
             high = np.array([max(values[n]) for n in shown]) - med
             xs = [names.index(n) + (i - 0.5) * width for n in shown]
-            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=f"C{i}",
+            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=PALETTE[i],
                    hatch="//" if i else "", edgecolor="white")
             for n in names:  # no bar: tar has no random access, LMDB no opener for the network model
                 if n not in values:
                     ax.text(names.index(n) + (i - 0.5) * width, 0.04, "n/a", ha="center", va="bottom", fontsize=10,
-                            color=f"C{i}", transform=ax.get_xaxis_transform())
+                            color=PALETTE[i], transform=ax.get_xaxis_transform())
         ax.set_yscale("log")
         ax.set_ylabel("samples/s (log)")
         ax.set_title(f"{condition}", fontsize=11)
