@@ -74,18 +74,20 @@ def sweep_figures(alone: dict[int, Spread], appetite: Spread, together: dict[int
 def thread_limit_figures(report: dict) -> dict:
     """What torch's default thread count followed, from :func:`packlab.cpus.cpu_report` plus the children's answers."""
     affinity = report["cores it may run on (affinity)"]
-    here, one_core = report["torch's default here"], report["torch's default, allowed one core (affinity)"]
-    sentence = (f"torch's default here was {here} threads, as many as the cores this process may run on "
-                f"({affinity}); a fresh Python allowed one core started {one_core}.")
+    here = report["torch's default here"]
+    sentence = (f"torch's default here was {here} threads, as many as the cores this "
+                f"process may run on ({affinity}).")
     quota_key = "torch's default, allowed half a CPU of time (cgroup quota)"
     if quota_key in report:
         threads = report[quota_key]
-        sentence += (f" Allowed half a CPU's worth of time by a cgroup quota, it still started {threads}: "
+        sentence += (f" A fresh Python allowed half a CPU's worth of time by a cgroup quota still started {threads}: "
                      + ("the quota was invisible to it." if threads >= affinity else
                         "here the quota did change the count."))
     else:
-        sentence += (" (Putting a process under a CPU-time quota needs root here, so that case is not shown; torch "
-                     "does not read the quota.)")
+        one_core = report["torch's default, allowed one core (affinity)"]
+        sentence += (f" A fresh Python allowed one core started {one_core}: torch follows the affinity. (Putting a "
+                     "process under a CPU-time quota needs root, so that case is not shown here; torch does not "
+                     "read the quota.)")
     quota = report["CPU-time quota (cgroup)"]
     sentence += (" This process has no CPU-time quota." if quota is None else
                  f" This process's quota is {quota:g} CPUs' worth of time.")
