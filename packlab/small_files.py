@@ -28,6 +28,7 @@ def small_file_penalty(
     folder_files: int = 2000,
     shards: int | None = None,
     cold_level: str | None = None,
+    shard_samples: int | None = None,
 ) -> dict:
     """Reading speed (files/s, no decode) of a JPEG folder, a zip and tar shards on slow storage.
 
@@ -41,7 +42,9 @@ def small_file_penalty(
     folder reads only its first ``folder_files`` files under the model (it is slow there;
     the rate is what counts). ``shards`` reads only the first that many tar shards, and the
     folder and the zip only the samples those hold, so a chapter can repeat the whole
-    measurement in less time. Returns measured rates, the model's parameters and its prediction.
+    measurement in less time; ``shard_samples`` writes (once) and reads ``shards`` shards of
+    that many samples, from the start of the manifest, instead of the course's shards of
+    1,000. Returns measured rates, the model's parameters and its prediction.
     """
     from torch.utils.data import DataLoader
 
@@ -52,11 +55,14 @@ def small_file_penalty(
     workers = data.available_cores() if workers is None else workers
     model = model or storage.NetworkFSModel()
     manifest = data.load_manifest(root)
-    all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), workers),
-                                                           root=root, progress=False)]
+    if shard_samples is None:
+        all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), workers),
+                                                               root=root, progress=False)]
+    else:
+        all_shards = _small_shards(manifest[: (shards or 1) * shard_samples], shard_samples, root)
     zip_path = pack.ensure_zip(root=root, progress=False)
     shards = all_shards if shards is None else all_shards[:shards]
-    if len(shards) < len(all_shards):  # the same samples in every layout: those of the shards read
+    if len(shards) < len(all_shards) or shard_samples is not None:  # every layout reads the shards' samples
         held = _keys_in_shards(shards)
         manifest = [s for s in manifest if s.key in held]
 
@@ -111,6 +117,21 @@ def small_file_penalty(
         layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
     }
     return out
+
+
+def _small_shards(samples, shard_samples: int, root) -> list[str]:
+    """Shards of ``shard_samples`` holding ``samples``, written once into their own folder and then reused."""
+    import shutil
+
+    from packlab import pack, paths
+
+    folder = paths.packed_dir(root) / f"penalty-{len(samples)}-in-shards-of-{shard_samples}"
+    expected = -(-len(samples) // shard_samples)
+    found = sorted(folder.glob("shard-*.tar"))
+    if len(found) != expected:  # not written yet, or cut short
+        shutil.rmtree(folder, ignore_errors=True)
+        found = pack.write_tar_shards(folder, samples=samples, maxcount=shard_samples, root=root, progress=False)
+    return [str(p) for p in found]
 
 
 def _keys_in_shards(shards: Sequence[str]) -> set[str]:

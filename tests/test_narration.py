@@ -123,7 +123,7 @@ def test_the_thread_sentence_says_what_torch_followed():
     sentence = ch07.thread_limit_figures(report)["threads_under_limits"]
     assert "needs root" in sentence and "no CPU-time quota" in sentence and "started 1: torch follows" in sentence
     del report["torch's default, allowed one core (affinity)"]
-    report["torch's default, allowed half a CPU of time (cgroup quota)"] = 2
+    report["torch's default, allowed one CPU of time (cgroup quota)"] = 2
     assert "the quota was invisible to it" in ch07.thread_limit_figures(report)["threads_under_limits"]
 
 

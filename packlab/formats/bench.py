@@ -231,7 +231,7 @@ def measure_formats(
         "layouts": {
             layout.name: {
                 "write_s": [], "bytes": None, "allocated": None, "opener": layout.opener,
-                # Share of the layout's pages in the page cache around the first round's cold random read.
+                # Share of the layout's pages in the page cache around its first cold read.
                 "resident": {},
                 # None where a figure cannot exist: tar shards have no random access, and no opener
                 # can delay LMDB's memory-mapped reads.
@@ -266,17 +266,18 @@ def measure_formats(
         for access in ACCESSES:
             readable = [layout for layout in order if getattr(layout, access) is not None]
             if level is not None:
-                watch = run == 0 and access == "random"
-                if watch:
-                    for layout in readable:
-                        results["layouts"][layout.name]["resident"]["before"] = storage.resident_fraction(files[layout.name])
+                # In the first round, each layout's first cold read (random, or sequential for tar) is watched.
+                watched = [layout for layout in readable
+                           if run == 0 and not results["layouts"][layout.name]["resident"]]
+                for layout in watched:
+                    results["layouts"][layout.name]["resident"]["before"] = storage.resident_fraction(files[layout.name])
                 storage.make_cold([f for layout in readable for f in files[layout.name]], level)
                 for layout in readable:
-                    if watch:
-                        resident = results["layouts"][layout.name]["resident"]
+                    resident = results["layouts"][layout.name]["resident"]
+                    if layout in watched:
                         resident["after dropping"] = storage.resident_fraction(files[layout.name])
                     read(layout, where[layout.name], access, "cold", run)
-                    if watch:
+                    if layout in watched:
                         resident["after the cold read"] = storage.resident_fraction(files[layout.name])
             for layout in readable:
                 read(layout, where[layout.name], access, "warm", run)

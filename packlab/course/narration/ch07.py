@@ -77,10 +77,10 @@ def thread_limit_figures(report: dict) -> dict:
     here = report["torch's default here"]
     sentence = (f"torch's default here was {here} threads, as many as the cores this "
                 f"process may run on ({affinity}).")
-    quota_key = "torch's default, allowed half a CPU of time (cgroup quota)"
+    quota_key = "torch's default, allowed one CPU of time (cgroup quota)"
     if quota_key in report:
         threads = report[quota_key]
-        sentence += (f" A fresh Python allowed half a CPU's worth of time by a cgroup quota still started {threads}: "
+        sentence += (f" A fresh Python allowed one CPU's worth of time by a cgroup quota still started {threads}: "
                      + ("the quota was invisible to it." if threads >= affinity else
                         "here the quota did change the count."))
     else:
