@@ -313,3 +313,33 @@ def epoch_pieces_left(state: dict) -> list[Piece]:
         else:
             left += pieces_left(reader["stream"])
     return left
+
+
+# ------------------------------------------------------------- any loader that saves its state
+
+
+def stop_and_resume(make_loader: Callable[[], Any], stop_after: int) -> tuple[list[str], list[str]]:
+    """Read ``stop_after`` batches, save the loader's state, and read the rest with a new loader that loaded it.
+
+    ``make_loader()`` builds a loader with ``state_dict()``/``load_state_dict()`` (torchdata's
+    ``StatefulDataLoader``, MosaicML Streaming's or LitData's ``StreamingDataLoader``) whose
+    batches are ``(images, labels, keys)``. Returns the keys before and after the stop. The
+    first loader is dropped before the second is made (MDS refuses two live datasets on one
+    folder).
+    """
+    import gc
+
+    loader = make_loader()
+    first: list[str] = []
+    iterator = iter(loader)
+    for _ in range(stop_after):
+        first += [str(k) for k in next(iterator)[2]]
+    state = loader.state_dict()
+    del iterator, loader
+    gc.collect()
+    again = make_loader()
+    again.load_state_dict(state)
+    rest = [str(k) for batch in again for k in batch[2]]
+    del again
+    gc.collect()
+    return first, rest

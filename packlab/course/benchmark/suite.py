@@ -2,7 +2,7 @@
 
 `python -m packlab.course.benchmark` (what `make bench` runs) measures, in one process
 tree and one run: the decode ceiling of one core and of all cores at once; every loader
-of the course and its modern peers (webdataset, torchdata.nodes, SPDL) on the same
+of the course and its modern peers (webdataset, torchdata.nodes, SPDL, MosaicML Streaming, LitData) on the same
 shards with the same transform and batch size, three epochs each, interleaved; the
 worker-count sweep of the course's loaders; the small-file penalty; and any extra
 section registered in :data:`SECTIONS`. It prints a table and writes
@@ -131,7 +131,7 @@ def run_benchmark(
     * ``loaders``: per loader the epochs, median, min and max images/s, and
       :func:`where_the_time_goes` in its median epoch;
     * ``best_vs_ceiling``: our best loader's median / the parallel ceiling;
-      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL);
+      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL, MosaicML Streaming, LitData);
     * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
       the time accounting that says what held the loader back;
     * ``batch_memory``: filling a batch in fresh against reused memory (per image);
