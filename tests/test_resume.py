@@ -28,9 +28,9 @@ BATCH = 4
 
 @pytest.fixture(scope="module")
 def shards(small_manifest, small_root, tmp_path_factory):
-    """The 60 samples in 9 shards of at most 7 (uneven: the last holds 4)."""
+    """The 60 samples in 6 shards of 10 (2 or 3 ranks, up to 3 workers each, all get shards)."""
     folder = tmp_path_factory.mktemp("resume-shards")
-    return [str(p) for p in pack.write_tar_shards(folder, root=small_root, maxcount=7, progress=False)]
+    return [str(p) for p in pack.write_tar_shards(folder, root=small_root, maxcount=10, progress=False)]
 
 
 def _dataset(shards, **options):
