@@ -73,12 +73,31 @@ def check_shared_memory(batch_bytes: int, workers: int, prefetch_factor: int = 2
         raise SharedMemoryError(
             f"{path} has {free / 1e6:.0f} MB free (of {size / 1e6:.0f} MB), but {workers} workers x prefetch_factor="
             f"{prefetch_factor} batches of {batch_bytes / 1e6:.1f} MB, plus two held by the training loop, need about "
-            f"{needed / 1e6:.0f} MB: workers would die of SIGBUS (\"Bus error\") in the first epoch. Fixes: give the "
-            "container more shared memory (docker run --shm-size=8g; Kubernetes: an emptyDir with medium: Memory at "
-            "/dev/shm); lower prefetch_factor or batch_size; hand uint8 images to the loop (4x smaller than float32); "
-            "or use fewer workers. set_sharing_strategy('file_system') uses /dev/shm too and does not help here."
+            f"{needed / 1e6:.0f} MB: the workers would fail in the first epoch (\"unable to allocate shared memory\", or "
+            f"killed by SIGBUS, \"Bus error\"). Fixes: {FIXES}. set_sharing_strategy('file_system') uses /dev/shm too "
+            "and does not help here."
         )
     return needed
+
+
+FIXES = ("give the container more shared memory (docker run --shm-size=8g; Kubernetes: an emptyDir with medium: "
+         "Memory at /dev/shm); lower prefetch_factor or batch_size; hand uint8 images to the loop (4x smaller than "
+         "float32); or use fewer workers")
+
+
+def shm_full_error(error: BaseException, wanted_bytes: int, path: str = SHM) -> SharedMemoryError | None:
+    """A :class:`SharedMemoryError` that explains ``error`` when it is torch failing to allocate in a full ``/dev/shm``.
+
+    Returns None for any other error, so callers can re-raise those unchanged.
+    """
+    text = str(error)
+    if "shared memory" not in text and "No space left on device" not in text:
+        return None
+    size, free = shm_space(path)
+    return SharedMemoryError(
+        f"{path} is full: {free / 1e6:.0f} MB free of {size / 1e6:.0f} MB, and a batch buffer of {wanted_bytes / 1e6:.1f} "
+        f"MB did not fit ({text.strip().splitlines()[-1]}). Fixes: {FIXES}."
+    )
 
 
 # ------------------------------------------------------------ one configuration, tried
@@ -132,6 +151,13 @@ def try_loader(batch_size: int = 64, workers: int = 2, prefetch_factor: int = 2,
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}".strip().splitlines()[-1][:400])
     result.update(seconds=time.perf_counter() - start, batches=batches)
     return result
+
+
+def can_make_private_shm() -> bool:
+    """Whether this process can mount a private ``/dev/shm`` (root, Linux, ``unshare`` installed)."""
+    import shutil
+
+    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
 def small_shm_command(command: list[str], size: str = "64m") -> list[str]:

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from packlab import resume
     from packlab.loaders.tar import TarShardDataset, skip_decode
 
-    stop = StopRequest()
+    stop = args.stop_request or StopRequest()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 on torch 2.13
     checkpoint_path = Path(args.checkpoint)
@@ -205,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause-after", type=int, help="after this step, wait for a signal (for tests that kill)")
     parser.add_argument("--progress", help="a file rewritten after every step with the step and sample count")
     parser.add_argument("--timeout", type=float, default=300.0, help="DataLoader timeout per batch, seconds")
-    return run(parser.parse_args(argv))
+    stop = StopRequest()  # first: a signal that arrives while torch is being imported still writes a checkpoint
+    args = parser.parse_args(argv)
+    args.stop_request = stop
+    return run(args)
 
 
 if __name__ == "__main__":

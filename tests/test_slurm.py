@@ -231,3 +231,51 @@ def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(clu
     assert "rank 0/2 (node 0, local rank 0)" in text and "rank 1/2 (node 0, local rank 1)" in text, text
     # The audit: every key exactly once.
     assert f"OK: {COUNT} samples, each expected key exactly once" in text, text
+
+
+RESUMABLE = paths.repo_root() / "scripts" / "slurm" / "resumable.sbatch"
+REQUEUE_TIMEOUT = 900  # seconds for the whole requeued job: several runs, each starting torch and its workers
+
+
+def test_a_job_checkpoints_on_its_warning_signal_requeues_itself_and_finishes_the_epoch(cluster, tmp_path):
+    """A one-minute time limit, SIGUSR1 50 s before it, an epoch of about 45 s of steps after start-up.
+
+    Slurm checks time limits periodically, so the warning comes 10 to 40 s into each run;
+    each run checkpoints, requeues the job, and the next run resumes. The checkpoints'
+    record must hold the 240 samples exactly once, after at least one requeue.
+    """
+    import torch
+    from collections import Counter
+
+    root = data.generate(tmp_path / "data", count=240, seed=22, workers=2, progress=False)
+    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=30, progress=False)
+    checkpoint = tmp_path / "checkpoint.pt"
+    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=pack.brace_pattern(shards),
+               PACKLAB_PYTHON=sys.executable, PACKLAB_CHECKPOINT=str(checkpoint), STEP_SECONDS="1.5")
+    output = tmp_path / "job.out"
+    start = time.monotonic()
+    submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", "--time=00:01:00",
+                                "--signal=B:USR1@50", str(RESUMABLE)], env=env, cwd=paths.repo_root(),
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    state: dict[str, str] = {}
+    while time.monotonic() - start < REQUEUE_TIMEOUT:
+        state = _job_state(job_id, env)
+        if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            break
+        time.sleep(2)
+    else:
+        subprocess.run(["scancel", job_id], env=env, capture_output=True, timeout=30)
+    seconds = time.monotonic() - start
+    text = output.read_text(errors="replace") if output.exists() else "(no job output)"
+    assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", (
+        f"job {job_id} ended {state.get('JobState')} (exit {state.get('ExitCode')}) after {seconds:.0f} s:\n{text[-6000:]}"
+    )
+    runs = int(state.get("Restarts", "0")) + 1
+    print(f"Slurm job {job_id}: {runs} runs, {seconds:.0f} s from sbatch to COMPLETED")
+    assert runs >= 2 and "SIGUSR1 from Slurm" in text and "requeueing job" in text, text
+    assert f"over {runs} run(s)" in text, text
+    saved = torch.load(checkpoint, weights_only=True)
+    counts = Counter(saved["keys"])
+    assert saved["done"] and len(counts) == 240 and set(counts.values()) == {1}, Counter(counts.values())

@@ -63,6 +63,41 @@ def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] 
 SECTIONS["formats"] = _formats_section
 
 
+def _streaming_audit_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Chapter 12: MosaicML Streaming (MDS) and LitData write the whole dataset; an epoch of each, audited.
+
+    Every key exactly once, with its label, and the pixels of every sample against the
+    standard transform of its original JPEG (:mod:`packlab.audit`), read with ``cores`` workers.
+    """
+    from packlab import audit, data
+    from packlab.loaders import streaming_peers
+    from packlab.transforms import standard_transform
+
+    cores = data.available_cores()
+    manifest = data.load_manifest(root)
+    log(f"streaming libraries: MDS and LitData copies of {len(manifest):,} images, one audited epoch each")
+    reference = audit.reference_digests([s.key for s in manifest], root)
+    out: dict = {"images": len(manifest), "workers": cores}
+    for name, ensure, reader in (("MosaicML Streaming (MDS)", streaming_peers.ensure_mds, streaming_peers.mds_loader),
+                                 ("LitData", streaming_peers.ensure_litdata, streaming_peers.litdata_loader)):
+        start = time.perf_counter()
+        folder = ensure(root)
+        written = time.perf_counter() - start
+        loader = reader(folder, workers=cores, batch_size=64, transform=standard_transform, with_key=True)
+        records = audit.records_from_batches(streaming_peers.key_batches(loader))
+        report = audit.audit_epoch(records, manifest, reference)
+        size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+        out[name] = {"ok": report.ok, "summary": report.summary(), "pixels_checked": report.pixels_checked,
+                     "bytes": size, "write_or_check_seconds": written}
+        log(f"  {name}: {report.summary()} ({size / 1e9:.2f} GB)")
+    out["summary"] = "; ".join(f"{n}: {'audit OK' if out[n]['ok'] else 'AUDIT FAILED'}"
+                               for n in ("MosaicML Streaming (MDS)", "LitData"))
+    return out
+
+
+SECTIONS["streaming_audit"] = _streaming_audit_section
+
+
 def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
     """One loader's epochs: median, range, and where the time went in its median epoch."""
     rates = [e["images_per_s"] for e in epochs]
