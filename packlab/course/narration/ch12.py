@@ -37,9 +37,12 @@ def per_key_table(costs: Mapping[str, float], keys: int, workers: Sequence[int])
 
 def limit_rows(results: Sequence[Mapping]) -> list[dict]:
     """One row per tried configuration: what was changed, what it needs, what happened and how long it took."""
+    import re
+
     rows = []
     for r in results:
-        outcome = "worked" if r["ok"] else r["error"].split(": ", 1)[-1][:90]
+        # torch names its temporary file (</torch_1234_5678_0>): the name says nothing, the reason does
+        outcome = "worked" if r["ok"] else re.sub(r"</?torch_[^>]*>", "<file>", r["error"].split(": ", 1)[-1])[:110]
         rows.append({"configuration": r["label"], "/dev/shm": f"{r.get('shm_mb', 0):.0f} MB",
                      "needed (estimate)": f"{r.get('needed_mb', 0):.0f} MB", "outcome": outcome,
                      "seconds": "" if r.get("seconds") is None else f"{r['seconds']:.2f}"})
