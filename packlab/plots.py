@@ -347,6 +347,6 @@ def plot_worker_memory(series: Mapping[str, Sequence[Mapping]], ax=None, title: 
     ax.set_ylabel("unique memory gained, MB")
     ax.set_title(title or "Worker memory over one epoch (fork workers)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT_SIZE - 1)
+    ax.legend(fontsize=FONT_SIZE - 1, loc="center right")
     fig.tight_layout()
     return fig
