@@ -31,7 +31,9 @@ def _segments(text: str):
     for match in CELL.finditer(text):
         yield "markdown", text[position : match.start()]
         body = match.group(1)
-        # MyST cell options (":tags: [...]") come first; they are not Python.
+        # MyST cell options come first, as ":tags: [...]" lines or a YAML block between "---" lines; not Python.
+        if body.startswith("---\n"):
+            body = body.split("\n---\n", 1)[1] if "\n---\n" in body else ""
         body = "\n".join(line for line in body.splitlines() if not line.startswith(":"))
         yield "code", body
         position = match.end()
