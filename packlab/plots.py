@@ -329,3 +329,28 @@ def _fig_ax(ax, figsize):
         fig, ax = plt.subplots(figsize=figsize)
         return fig, ax
     return ax.figure, ax
+
+
+def plot_worker_memory(series: Mapping[str, Sequence[Mapping]], ax=None, title: str | None = None):
+    """Each worker's unique memory (USS) growth over one epoch, one line per (index storage, worker).
+
+    ``series`` maps a label (how the index is kept) to the records of
+    :func:`packlab.memory.measure_worker_memory`. Workers of one storage share a colour and
+    marker; the first worker's line is solid, the others dashed.
+    """
+    fig, ax = _fig_ax(ax, (6.5, 3.8))
+    for number, (label, records) in enumerate(series.items()):
+        colour, marker = PALETTE[number % len(PALETTE)], MARKERS[number % len(MARKERS)]
+        workers = sorted({r["worker"] for r in records})
+        for worker in workers:
+            mine = [r for r in records if r["worker"] == worker]
+            ax.plot([100 * r["fraction"] for r in mine], [r["uss_growth"] / 1e6 for r in mine], color=colour,
+                    marker=marker, markevery=max(1, len(mine) // 6), linestyle="-" if worker == workers[0] else "--",
+                    label=f"{label}, worker {worker}")
+    ax.set_xlabel("epoch done, % of samples (all workers)")
+    ax.set_ylabel("unique memory gained, MB")
+    ax.set_title(title or "Worker memory over one epoch (fork workers)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=FONT_SIZE - 1, loc="center right")
+    fig.tight_layout()
+    return fig

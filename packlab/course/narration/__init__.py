@@ -1,11 +1,10 @@
-"""The sentences the chapters build from their measurements, one module per chapter.
+"""Sentence-building for the chapters: each module turns one chapter's measurements into the words beside them.
 
-A chapter's cells measure; the words around the numbers (which of two sentences applies,
-how a verdict reads, how a duration of a few milliseconds is written) live here, so
-that the code a learner reads in a chapter is the code that measures. A cell that only
-passes such sentences to :func:`packlab.course.prose.figures` is hidden in the book and
-in JupyterLab (``tags: [remove-input]`` and ``jupyter: source_hidden: true``).
-
-``chNN`` serves chapter NN; every function returns text (or a dict of texts) and takes
-the measured values, never measures anything itself.
+A chapter's cells measure; the sentences that follow a measurement (which way a comparison
+went, whether a guarantee held, how a duration of a few milliseconds is written) are built
+here, so that the cells a reader sees hold only the code that measures, and the words
+always follow the numbers. A cell that only passes such sentences to
+:func:`packlab.course.prose.figures` is hidden in the book and in JupyterLab
+(``tags: [remove-input]`` and ``jupyter: source_hidden: true``). ``chNN`` serves chapter
+NN; its functions take measured values and return text, never measure anything.
 """
