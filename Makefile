@@ -44,7 +44,8 @@ $(VENV)/.installed: pyproject.toml
 	  fi; \
 	fi; \
 	"$$uv" venv --allow-existing --python $(PYTHON) $(VENV); \
-	"$$uv" pip install --python $(PY) -e .
+	"$$uv" pip install --python $(PY) -e .; \
+	"$$uv" pip install --python $(PY) --no-deps $$($(PY) -m packlab.course.nodeps)
 	@touch $@
 
 data: setup

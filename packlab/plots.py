@@ -287,11 +287,13 @@ def plot_step_timeline(timelines: Mapping[str, Sequence[tuple[float, float]]], a
 def plot_small_file_penalty(penalty: Mapping, ax=None):
     """Files read per second (log scale) by each layout: warm, cold and under the network model.
 
-    ``penalty`` is what :func:`packlab.course.benchmark.small_file_penalty` returns; bars come from its
+    ``penalty`` is what :func:`packlab.small_files.small_file_penalty` returns; bars come from its
     measured rates, and a black tick marks the model's prediction where there is one.
     """
-    fig, ax = _fig_ax(ax, figsize=(9, 3.8))
-    layouts = ["folder", "zip", "tar"]
+    from packlab.small_files import LAYOUTS
+
+    fig, ax = _fig_ax(ax, figsize=(10, 4.2))
+    layouts = [name for name in LAYOUTS if name in penalty["modelled_files_per_s"]]
     cold = penalty.get("cold_files_per_s") or {}
     groups = {}
     if cold:
@@ -300,22 +302,24 @@ def plot_small_file_penalty(penalty: Mapping, ax=None):
     groups["network model"] = [penalty["modelled_files_per_s"].get(name) for name in layouts]
     width = 0.8 / len(groups)
     x = np.arange(len(layouts))
+    hatches = ["", "//", ".."]
     for i, (group, values) in enumerate(groups.items()):
         heights = [v if v is not None else 0 for v in values]
-        bars = ax.bar(x + (i - (len(groups) - 1) / 2) * width, heights, width, label=group)
-        ax.bar_label(bars, labels=[f"{v:,.0f}" if v else "" for v in values], fontsize=7, padding=2)
+        bars = ax.bar(x + (i - (len(groups) - 1) / 2) * width, heights, width, label=group, color=PALETTE[i],
+                      hatch=hatches[i % len(hatches)], edgecolor="white")
+        ax.bar_label(bars, labels=[f"{v:,.0f}" if v else "" for v in values], fontsize=10, padding=2, rotation=90)
     predicted = penalty.get("predicted_files_per_s", {})
     model_x = x + (len(groups) - 1 - (len(groups) - 1) / 2) * width
     for position, name in zip(model_x, layouts):
         if name in predicted:
-            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2,
-                    label="model's prediction (waiting only)" if name == "folder" else None)
+            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2, marker="",
+                    label="model's prediction (waiting only)" if name == layouts[0] else None)
     ax.set_yscale("log")
-    ax.set_xticks(x, ["JPEG folder\n(one file per image)", "zip\n(one archive)", "tar shards\n(sequential)"])
-    ax.set_ylabel("files read per second (log scale)")
-    ax.set_title(f"Reading without decoding, {penalty['workers']} workers", fontsize=10)
-    ax.margins(y=0.15)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: bars fill the axes
+    ax.set_xticks(x, [LAYOUTS[name].replace(", ", ",\n") for name in layouts], fontsize=10)
+    ax.set_ylabel("files read per second (log scale)", fontsize=10)
+    ax.set_title(f"Reading without decoding, {penalty['workers']} workers", fontsize=11)
+    ax.margins(y=0.3)
+    ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: bars fill the axes
     fig.tight_layout()
     return fig
 
@@ -351,3 +355,28 @@ def _fig_ax(ax, figsize):
         fig, ax = plt.subplots(figsize=figsize)
         return fig, ax
     return ax.figure, ax
+
+
+def plot_worker_memory(series: Mapping[str, Sequence[Mapping]], ax=None, title: str | None = None):
+    """Each worker's unique memory (USS) growth over one epoch, one line per (index storage, worker).
+
+    ``series`` maps a label (how the index is kept) to the records of
+    :func:`packlab.memory.measure_worker_memory`. Workers of one storage share a colour and
+    marker; the first worker's line is solid, the others dashed.
+    """
+    fig, ax = _fig_ax(ax, (6.5, 3.8))
+    for number, (label, records) in enumerate(series.items()):
+        colour, marker = PALETTE[number % len(PALETTE)], MARKERS[number % len(MARKERS)]
+        workers = sorted({r["worker"] for r in records})
+        for worker in workers:
+            mine = [r for r in records if r["worker"] == worker]
+            ax.plot([100 * r["fraction"] for r in mine], [r["uss_growth"] / 1e6 for r in mine], color=colour,
+                    marker=marker, markevery=max(1, len(mine) // 6), linestyle="-" if worker == workers[0] else "--",
+                    label=f"{label}, worker {worker}")
+    ax.set_xlabel("epoch done, % of samples (all workers)")
+    ax.set_ylabel("unique memory gained, MB")
+    ax.set_title(title or "Worker memory over one epoch (fork workers)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=FONT_SIZE - 1, loc="center right")
+    fig.tight_layout()
+    return fig
