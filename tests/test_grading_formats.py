@@ -654,12 +654,36 @@ def test_correct_alternative_readers_pass(cls):
     assert failed_parts(result) == set(), result.report()
 
 
+def _in_a_forked_child(function) -> str:
+    """Run ``function()`` in a forked child (as a DataLoader worker runs); return "ok" or the error it raised."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def child():
+        try:
+            function()
+            sender.send("ok")
+        except Exception as exc:  # noqa: BLE001
+            sender.send(f"{type(exc).__name__}: {exc}")
+
+    process = context.Process(target=child)
+    process.start()
+    outcome = receiver.recv() if receiver.poll(60) else "no answer"
+    process.join(10)
+    return outcome
+
+
 def test_the_readers_mistakes_are_real(tmp_path):
     """Each wrong reader against the course's file, outside the grader."""
+    import pickle
+
     samples = data.load_manifest()[:6]
     path = tmp_path / "images.lmdb"
     formats.write_lmdb(path, samples=samples, progress_bar=False)
     raw = lambda jpeg, source=None: jpeg  # noqa: E731 - the JPEG bytes themselves
+    labelled = next(i for i, s in enumerate(samples) if s.label)
 
     def item(cls, index=0, **options):
         dataset = cls(path, **options)
@@ -668,7 +692,7 @@ def test_the_readers_mistakes_are_real(tmp_path):
         finally:
             dataset.close()
 
-    assert item(LabelBigEndianDataset, transform=raw)[1] == samples[0].label << 24 != samples[0].label
+    assert item(LabelBigEndianDataset, labelled, transform=raw)[1] == samples[labelled].label << 24
     keys = [samples[3].key, samples[1].key]
     assert len(IgnoresKeysDataset(path, keys=keys)) == len(samples)
     assert SortsKeysDataset(path, keys=keys).keys == sorted(keys)
@@ -692,20 +716,49 @@ def test_the_readers_mistakes_are_real(tmp_path):
     for cls in (KeptTransactionDataset, CachedItemsDataset):
         dataset = cls(path, transform=raw)
         before = dataset[0]
-        env = lmdb.open(str(path), subdir=False, map_size=1 << 30, lock=False)
-        with env.begin(write=True) as txn:
-            txn.put(samples[0].key.encode(), (9).to_bytes(4, "little") + b"changed")
-        env.close() if cls is CachedItemsDataset else None
+        _rewrite_in_another_process(path, samples[0].key, (9).to_bytes(4, "little") + b"changed")
         assert dataset[0] == before, cls.__name__  # still the old record
         dataset.close()
-        if cls is KeptTransactionDataset:
-            env.close()
-    with pytest.raises(TypeError):
-        import pickle
-
-        dataset = NoGetstateDataset(path, transform=raw)
+        fresh = PerProcessDataset(path, transform=raw)
+        assert fresh[0] == (b"changed", 9)  # what a reader that looks now sees
+        fresh.close()
+        formats.write_lmdb(path, samples=samples, progress_bar=False)
+    dataset = NoGetstateDataset(path)
+    dataset[0]
+    with pytest.raises(TypeError, match="Environment"):
+        pickle.dumps(dataset)  # what spawn does to send the dataset to a worker
+    dataset.close()
+    # Forked workers: the parent has read a sample, as everybody does before starting a DataLoader.
+    dataset = PerPidWithoutClosingDataset(path, transform=raw)
+    dataset[0]
+    assert "already open" in _in_a_forked_child(lambda: dataset[1])
+    dataset.close()
+    for cls in (EnvInInitDataset, SharedWithoutPidDataset):
+        dataset = cls(path, transform=raw)
         dataset[0]
-        try:
-            pickle.dumps(dataset)
-        finally:
-            dataset.close()
+        inherited = environments_in_module_or(dataset)
+        # The child reads through the parent's environment: close it there (as a worker that opened its own
+        # would never notice) and the read fails.
+        outcome = _in_a_forked_child(lambda: (inherited.close(), dataset[1]))
+        assert outcome != "ok", cls.__name__
+        dataset.close()
+    right = PerProcessDataset(path, transform=raw)
+    right[0]
+    assert _in_a_forked_child(lambda: right[1]) == "ok"
+    right.close()
+
+
+def _rewrite_in_another_process(path, key, value):
+    """Give ``key`` the record ``value``, from another process (this one has the file open)."""
+    import subprocess
+    import sys
+
+    code = ("import lmdb, sys; env = lmdb.open(sys.argv[1], subdir=False, map_size=1 << 30, lock=False)\n"
+            "with env.begin(write=True) as txn: txn.put(sys.argv[2].encode(), bytes.fromhex(sys.argv[3]))\n"
+            "env.close()")
+    subprocess.run([sys.executable, "-c", code, str(path), key, value.hex()], check=True, timeout=60)
+
+
+def environments_in_module_or(dataset):
+    """The environment a dataset reads through: its own attribute, or this module's shared table."""
+    return getattr(dataset, "env", None) or _SHARED_ENVIRONMENTS[dataset.path]

@@ -28,10 +28,21 @@ from packlab.course.grading import check
 PARTS = {"in order", "any items", "in parallel", "bounded", "errors name the item", "no thread left behind"}
 
 
-def failed_parts(candidate) -> set[str]:
+class Failed(set):
+    """The names of the parts a candidate failed; its repr is the whole report, so a failed assert shows it."""
+
+    def __init__(self, result):
+        super().__init__(part.name for part in result.parts if not part.passed)
+        self.report = result.report()
+
+    def __repr__(self) -> str:
+        return f"{set(self)}\n{self.report}"
+
+
+def failed_parts(candidate) -> Failed:
     result = check("parallel_map", candidate, quiet=True, record=False)
     assert {part.name for part in result.parts} == PARTS
-    return {part.name for part in result.parts if not part.passed}
+    return Failed(result)
 
 
 def _named(item, exc):
@@ -372,6 +383,31 @@ def shutdown_at_the_end_only_map(function, items, threads=2, max_in_flight=4):
     return _ordered(function, items, threads, max_in_flight, shutdown="at the end only")
 
 
+def eager_start_map(function, items, threads=2, max_in_flight=4):
+    """Starts the work when called, not when first iterated: a map created and closed unused leaves threads running."""
+    source = iter(items)
+    pool = ThreadPoolExecutor(threads)
+    pending = collections.deque((item, pool.submit(function, item)) for item in itertools.islice(source, max_in_flight))
+
+    def results():
+        with pool:
+            try:
+                while pending:
+                    item, future = pending.popleft()
+                    try:
+                        result = future.result()
+                    except Exception as exc:
+                        raise _named(item, exc) from exc
+                    for following in itertools.islice(source, 1):
+                        pending.append((following, pool.submit(function, following)))
+                    yield result
+            finally:
+                for _, future in pending:
+                    future.cancel()
+
+    return results()
+
+
 ALL = set(PARTS)
 WRONG = {
     completion_order_map: {"in order", "any items", "errors name the item"},  # the results before the error come out of order too
@@ -391,6 +427,7 @@ WRONG = {
     leaky_map: {"no thread left behind"},
     shutdown_without_waiting_map: {"no thread left behind"},
     shutdown_at_the_end_only_map: {"no thread left behind"},
+    eager_start_map: {"no thread left behind"},
 }
 
 
@@ -487,6 +524,9 @@ def test_the_mistakes_are_real():
     for candidate in (leaky_map, shutdown_without_waiting_map, shutdown_at_the_end_only_map):
         assert _threads_after_close(candidate), candidate.__name__
     assert not _threads_after_close(_ordered)
+    before = set(threading.enumerate())
+    eager_start_map(lambda item: time.sleep(0.5), range(10), threads=2).close()  # created, never used
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()]
 
 
 # ------------------------------------------------------------------ correct alternatives

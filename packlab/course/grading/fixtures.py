@@ -386,7 +386,7 @@ def check_item(item, with_key: bool, key: str | None = None) -> None:
 
 
 #: inotify event bits (linux/inotify.h) the writer checks listen for.
-IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x40, 0x80, 0x100
+IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE = 0x2, 0x40, 0x80, 0x100
 IN_Q_OVERFLOW = 0x4000
 
 
@@ -414,7 +414,7 @@ class FolderEvents:
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
             if fd < 0:
                 return self
-            mask = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
+            mask = IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
             if libc.inotify_add_watch(fd, os.fsencode(self.folder), mask) < 0:
                 os.close(fd)
                 return self
@@ -448,8 +448,8 @@ class FolderEvents:
             self.events.append((mask, name))
 
     def names_written(self) -> set[str]:
-        """Names created, or opened for writing and changed, in the folder."""
-        return {name for mask, name in self.events if mask & (IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE)}
+        """Names created, or written to, in the folder (a file merely opened for writing and closed is not counted)."""
+        return {name for mask, name in self.events if mask & (IN_CREATE | IN_MODIFY)}
 
     def names_renamed_in(self) -> set[str]:
         return {name for mask, name in self.events if mask & IN_MOVED_TO}

@@ -29,10 +29,24 @@ THREAD_GRACE = 0.3
 SLOW_CALL = 1.0
 
 
-def _call(ctx: Context, function, items, **options) -> list:
-    """Everything the candidate yields; an exception becomes a PartFailed naming the call."""
+def _collect(results, most: int) -> list:
+    """The results, stopping with a failure when there are more than ``most`` (a map that never ends)."""
+    out = []
+    for result in results:
+        out.append(result)
+        if len(out) > most:
+            _close(results)
+            raise PartFailed(f"more results than items ({len(out)} from {most}): the map does not end where the input "
+                             "does (a list read again from its start by each islice()?)")
+    return out
+
+
+def _call(ctx: Context, function, items, count: int, **options) -> list:
+    """Everything the candidate yields for ``count`` items; an exception becomes a PartFailed naming the call."""
     try:
-        return list(ctx.candidate(function, items, **options))
+        return _collect(ctx.candidate(function, items, **options), count)
+    except PartFailed:
+        raise
     except Exception as exc:
         raise PartFailed(f"{ctx.name}(function, items, {_options(options)}) raised {describe(exc)}") from exc
 
@@ -56,7 +70,7 @@ def _in_order(ctx: Context) -> str:
     for threads, max_in_flight, count in ((4, 8, 40), (3, 7, 30), (2, 3, 25), (1, 1, 5)):
         items = list(range(count))
         options = dict(threads=threads, max_in_flight=max_in_flight)
-        got = _call(ctx, _sleepy, iter(items), **options)
+        got = _call(ctx, _sleepy, iter(items), count, **options)
         expected = [item * 10 for item in items]
         if got != expected:
             if sorted(got) == expected:
@@ -64,7 +78,7 @@ def _in_order(ctx: Context) -> str:
                                  f"positions {[i for i, (a, b) in enumerate(zip(got, expected)) if a != b][:5]}")
             raise PartFailed(f"{_options(options)}, {count} items: expected {count} results in order, got {len(got)}: "
                              f"{got[:8]}{' ...' if len(got) > 8 else ''}")
-    if _call(ctx, _sleepy, iter([]), threads=2, max_in_flight=4) != []:
+    if _call(ctx, _sleepy, iter([]), 0, threads=2, max_in_flight=4) != []:
         raise PartFailed("no items should give no results")
     return "every result exactly once, in the order of the items (also with 1 thread, and with no items)"
 
@@ -105,7 +119,9 @@ def _any_items(ctx: Context) -> str:
         listed = list(items) if not hasattr(items, "__next__") else list(_MIXED)
         expected = [("done", item) for item in listed]
         try:
-            got = list(ctx.candidate(_tagged, items, threads=3, max_in_flight=4))
+            got = _collect(ctx.candidate(_tagged, items, threads=3, max_in_flight=4), len(expected))
+        except PartFailed:
+            raise
         except Exception as exc:
             text = describe(exc)
             advice = ""
@@ -138,7 +154,7 @@ def _in_parallel(ctx: Context) -> str:
 
         options = dict(threads=threads, max_in_flight=max_in_flight)
         start = time.perf_counter()
-        got = _call(ctx, slow, iter(range(count)), **options)
+        got = _call(ctx, slow, iter(range(count)), count, **options)
         seconds = time.perf_counter() - start
         if sorted(got) != list(range(count)):  # the order is another part's business
             raise PartFailed(f"{_options(options)}: expected the {count} results, got {got}")
@@ -273,7 +289,7 @@ def _new_threads(before: set) -> list[str]:
 def _no_thread_left_behind(ctx: Context) -> str:
     cases = []
     before = set(threading.enumerate())
-    _call(ctx, _sleepy, iter(range(20)), threads=3, max_in_flight=4)
+    _call(ctx, _sleepy, iter(range(20)), 20, threads=3, max_in_flight=4)
     cases.append(("after a complete run", _new_threads(before)))
 
     def fails_then_slow(item):
@@ -309,6 +325,16 @@ def _no_thread_left_behind(ctx: Context) -> str:
         raise PartFailed(f"{ctx.name}(function, 1000 items, threads=3, max_in_flight=6) raised {describe(exc)}") from exc
     gc.collect()
     cases.append(("after the caller stopped early (close()) while calls were running", _new_threads(before)))
+
+    before = set(threading.enumerate())
+    try:
+        unused = ctx.candidate(slow_after_the_first, iter(range(100)), threads=3, max_in_flight=6)
+        _close(unused)
+        del unused
+    except Exception as exc:
+        raise PartFailed(f"{ctx.name}(function, 100 items, threads=3, max_in_flight=6) raised {describe(exc)}") from exc
+    gc.collect()
+    cases.append(("after a map that was never iterated was closed", _new_threads(before)))
 
     leaks = [f"{when}: {len(names)} thread(s) still alive {THREAD_GRACE:g} s later ({', '.join(names[:3])})"
              for when, names in cases if names]
