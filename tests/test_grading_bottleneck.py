@@ -14,7 +14,8 @@ untouched stub none (``tests/test_exercises.py``).
 
 The fakes sleep; the wrong versions run with every sleep halved
 (:data:`packlab.course.grading.bottleneck.TIME_SCALE`), which keeps each mistake as
-plain to see and the suite shorter. The correct ones run at the check's own scale.
+plain to see and the suite shorter. The correct ones run at the check's own scale, and
+alone (``serial``): a grader that fails a right measurement is the worse defect.
 """
 
 from __future__ import annotations
@@ -355,6 +356,7 @@ def find_bottleneck_with_its_own_test(loader, consume, repeats=6, threads=1):
     return spreads
 
 
+@pytest.mark.serial  # a right measurement must pass at the check's own pace, with nothing competing
 @pytest.mark.parametrize("candidate", [find_bottleneck_by_hand, find_bottleneck_with_a_context_manager,
                                        find_bottleneck_with_its_own_test], ids=lambda f: f.__name__)
 def test_correct_alternatives_pass_every_part(candidate):

@@ -6,7 +6,8 @@ when they write this in a hurry: results in completion order; results keyed by i
 list; a pool of the wrong size, or no pool; every item taken at once, a refill whenever a
 call finishes, one item read ahead; a failing item dropped, an error that does not say
 which item, one that drops the original, one that arrives before the results ahead of
-it; threads left running after an error or an early close. ``test_the_mistakes_are_real``
+it; threads left running after an error or an early close, or by a map that starts work
+before it is iterated. ``test_the_mistakes_are_real``
 shows each mistake outside the grader. Correct alternatives, written differently from the
 solution notebook, must pass every part. The solution itself and the untouched stub are
 checked by tests/test_exercises.py (full marks, and zero).
