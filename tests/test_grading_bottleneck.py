@@ -27,19 +27,17 @@ import pytest
 import torch
 
 from packlab.bench import Spread, chance_of_split, compare, interleaved, torch_threads, verdict
-from packlab.course.grading import bottleneck, check, list_checks
+from packlab.course.grading import bottleneck, list_checks
+
+from grading_support import failed_parts as run_check
 
 PARTS = ("consumer_alone", "together", "startup", "warm", "threads", "turns", "decides", "verdict")
 
 
-def run(candidate, scale=1.0, monkeypatch=None):
+def failed_parts(candidate, scale=1.0, monkeypatch=None):
     if monkeypatch is not None:
         monkeypatch.setattr(bottleneck, "TIME_SCALE", scale)
-    return check("bottleneck", candidate, quiet=True, record=False)
-
-
-def failed_parts(result) -> set[str]:
-    return {part.name for part in result.parts if not part.passed}
+    return run_check("bottleneck", candidate)
 
 
 # --------------------------------------------------------- one measurement, with switchable mistakes
@@ -181,8 +179,7 @@ WRONG = {
 @pytest.mark.parametrize("name", WRONG)
 def test_each_mistake_fails_the_part_that_names_it(name, monkeypatch):
     mistakes, parts = WRONG[name]
-    result = run(variant(name, **mistakes), scale=0.5, monkeypatch=monkeypatch)
-    assert failed_parts(result) == parts, result.report()
+    assert failed_parts(variant(name, **mistakes), scale=0.5, monkeypatch=monkeypatch) == parts
 
 
 def test_the_check_lists_its_parts():
@@ -360,5 +357,4 @@ def find_bottleneck_with_its_own_test(loader, consume, repeats=6, threads=1):
 @pytest.mark.parametrize("candidate", [find_bottleneck_by_hand, find_bottleneck_with_a_context_manager,
                                        find_bottleneck_with_its_own_test], ids=lambda f: f.__name__)
 def test_correct_alternatives_pass_every_part(candidate):
-    result = run(candidate)
-    assert result.passed, result.report()
+    assert failed_parts(candidate) == set()

@@ -24,43 +24,33 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import pytest
 
-from packlab.course.grading import check
+from grading_support import Failed, failed_parts as run_check
+
 
 PARTS = {"in order", "any items", "in parallel", "bounded", "errors name the item", "no thread left behind"}
 
 
-class Failed(set):
-    """The names of the parts a candidate failed; its repr is the whole report, so a failed assert shows it."""
-
-    def __init__(self, result):
-        super().__init__(part.name for part in result.parts if not part.passed)
-        self.report = result.report()
-
-    def __repr__(self) -> str:
-        return f"{set(self)}\n{self.report}"
-
-
 def failed_parts(candidate) -> Failed:
-    result = check("parallel_map", candidate, quiet=True, record=False)
-    assert {part.name for part in result.parts} == PARTS
-    return Failed(result)
+    failed = run_check("parallel_map", candidate)
+    assert set(failed.parts) == PARTS
+    return failed
 
 
 def _named(item, exc):
     return RuntimeError(f"item {item!r} failed: {exc}")
 
 
-def _ordered(function, items, threads, max_in_flight, *, pool_size=None, on_error=None,
+def _ordered(function, items, threads, max_in_flight, *, start=iter, take=next, pool_size=None, on_error=None,
              shutdown="with"):
-    """The right map with pieces replaceable: pool size, error handling, how to shut down."""
-    source = iter(items)
+    """The right map with pieces replaceable: how the input is read, pool size, error handling, how to shut down."""
+    source = start(items)
     pool = ThreadPoolExecutor(pool_size(threads, max_in_flight) if pool_size else threads)
     pending = collections.deque()
     try:
         while True:
             while len(pending) < max_in_flight:
                 try:
-                    item = next(source)
+                    item = take(source)
                 except StopIteration:
                     break
                 pending.append((item, pool.submit(function, item)))
@@ -145,53 +135,22 @@ def keyed_by_item_map(function, items, threads=2, max_in_flight=4):
 
 def none_ends_the_input_map(function, items, threads=2, max_in_flight=4):
     """Uses next(source, None) and takes None for the end of the input."""
-    source, exhausted = iter(items), False
-    with ThreadPoolExecutor(threads) as pool:
-        pending = collections.deque()
-        try:
-            while True:
-                while not exhausted and len(pending) < max_in_flight:
-                    item = next(source, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    pending.append((item, pool.submit(function, item)))
-                if not pending:
-                    return
-                item, future = pending.popleft()
-                try:
-                    result = future.result()
-                except Exception as exc:
-                    raise _named(item, exc) from exc
-                yield result
-        finally:
-            for _, future in pending:
-                future.cancel()
+    ended = False
+
+    def take(source):
+        nonlocal ended
+        item = None if ended else next(source, None)
+        if item is None:
+            ended = True
+            raise StopIteration
+        return item
+
+    return _ordered(function, items, threads, max_in_flight, take=take)
 
 
 def next_on_the_items_map(function, items, threads=2, max_in_flight=4):
     """Calls next() on `items` itself: right for the generators it was tried on, a TypeError for a list."""
-    with ThreadPoolExecutor(threads) as pool:
-        pending = collections.deque()
-        try:
-            while True:
-                while len(pending) < max_in_flight:
-                    try:
-                        item = next(items)
-                    except StopIteration:
-                        break
-                    pending.append((item, pool.submit(function, item)))
-                if not pending:
-                    return
-                item, future = pending.popleft()
-                try:
-                    result = future.result()
-                except Exception as exc:
-                    raise _named(item, exc) from exc
-                yield result
-        finally:
-            for _, future in pending:
-                future.cancel()
+    return _ordered(function, items, threads, max_in_flight, start=lambda items: items)
 
 
 def default_pool_map(function, items, threads=2, max_in_flight=4):
@@ -261,30 +220,13 @@ def refill_when_a_call_finishes_map(function, items, threads=2, max_in_flight=4)
 
 def feeder_thread_map(function, items, threads=2, max_in_flight=4):
     """A thread that copies the input into an unbounded queue.Queue: it reads everything as fast as it can."""
-    inbox, end = queue.Queue(), object()
-    feeder = threading.Thread(target=lambda: [inbox.put(item) for item in [*items, end]], daemon=True)
-    feeder.start()
-    with ThreadPoolExecutor(threads) as pool:
-        pending, exhausted = collections.deque(), False
-        try:
-            while True:
-                while not exhausted and len(pending) < max_in_flight:
-                    item = inbox.get()
-                    if item is end:
-                        exhausted = True
-                        break
-                    pending.append((item, pool.submit(function, item)))
-                if not pending:
-                    return
-                item, future = pending.popleft()
-                try:
-                    result = future.result()
-                except Exception as exc:
-                    raise _named(item, exc) from exc
-                yield result
-        finally:
-            for _, future in pending:
-                future.cancel()
+
+    def fed(items):
+        inbox, end = queue.Queue(), object()
+        threading.Thread(target=lambda: [inbox.put(item) for item in [*items, end]], daemon=True).start()
+        return iter(inbox.get, end)
+
+    return _ordered(function, items, threads, max_in_flight, start=fed)
 
 
 def swallowing_map(function, items, threads=2, max_in_flight=4):

@@ -16,28 +16,18 @@ import time
 
 import pytest
 
-from packlab.course.grading import check
 from packlab.loaders.tar import ShardError, iter_shard_samples
 from packlab.retry import RetryPolicy, ShardReadError, iter_shard_samples_resuming
+
+from grading_support import Failed, failed_parts as run_check
 
 ALL_PARTS = {"reads_once", "resumes", "several_breaks", "gives_up", "waits", "damage_not_retried"}
 
 
-class Failed(set):
-    """The names of the parts a candidate failed; its repr is the whole report, so a failed assert shows it."""
-
-    def __init__(self, result):
-        super().__init__(part.name for part in result.parts if not part.passed)
-        self.report = result.report()
-
-    def __repr__(self) -> str:
-        return f"{set(self)}\n{self.report}"
-
-
 def failed_parts(candidate) -> Failed:
-    result = check("resuming_shards", candidate, quiet=True, record=False)
-    assert {part.name for part in result.parts} == ALL_PARTS
-    return Failed(result)
+    failed = run_check("resuming_shards", candidate)
+    assert set(failed.parts) == ALL_PARTS
+    return failed
 
 
 def _resuming(shard, opener, attempts, wait_s, sleep, *, catch=ShardReadError, wait=None, skip=lambda n: n,

@@ -286,58 +286,64 @@ def _new_threads(before: set) -> list[str]:
         time.sleep(0.02)
 
 
-def _no_thread_left_behind(ctx: Context) -> str:
-    cases = []
-    before = set(threading.enumerate())
-    _call(ctx, _sleepy, iter(range(20)), 20, threads=3, max_in_flight=4)
-    cases.append(("after a complete run", _new_threads(before)))
+def _fails_then_slow(item):
+    """Item 13 fails after a moment, during which the items after it start their long calls."""
+    if item == 13:
+        time.sleep(0.2)
+        raise _Corrupt("cannot decode")
+    if item > 13:
+        time.sleep(SLOW_CALL)
+    return item
 
-    def fails_then_slow(item):
-        """Item 13 fails after a moment, during which the items after it start their long calls."""
-        if item == 13:
-            time.sleep(0.2)
-            raise _Corrupt("cannot decode")
-        if item > 13:
-            time.sleep(SLOW_CALL)
-        return item
 
-    before = set(threading.enumerate())
+def _slow_after_the_first(item):
+    """The first call is quick, the others long: the caller stops while they run."""
+    time.sleep(0.2 if item == 0 else SLOW_CALL)
+    return item
+
+
+def _run_to_the_end(results) -> None:
+    for _ in results:
+        pass
+
+
+def _run_into_the_error(results) -> None:
     try:
-        for _ in ctx.candidate(fails_then_slow, iter(range(18)), threads=3, max_in_flight=4):
-            pass
+        _run_to_the_end(results)
     except Exception:  # noqa: BLE001 - the error itself is another part's business
         pass
-    gc.collect()
-    cases.append(("after an item failed (while later items were still being computed)", _new_threads(before)))
 
-    def slow_after_the_first(item):
-        """The first call is quick, the others long: the caller stops while they run."""
-        time.sleep(0.2 if item == 0 else SLOW_CALL)
-        return item
 
-    before = set(threading.enumerate())
-    try:
-        results = ctx.candidate(slow_after_the_first, iter(range(1000)), threads=3, max_in_flight=6)
-        next(iter(results))
-        _close(results)
-        del results
-    except Exception as exc:
-        raise PartFailed(f"{ctx.name}(function, 1000 items, threads=3, max_in_flight=6) raised {describe(exc)}") from exc
-    gc.collect()
-    cases.append(("after the caller stopped early (close()) while calls were running", _new_threads(before)))
+def _stop_after_one(results) -> None:
+    next(iter(results))
+    _close(results)
 
-    before = set(threading.enumerate())
-    try:
-        unused = ctx.candidate(slow_after_the_first, iter(range(100)), threads=3, max_in_flight=6)
-        _close(unused)
-        del unused
-    except Exception as exc:
-        raise PartFailed(f"{ctx.name}(function, 100 items, threads=3, max_in_flight=6) raised {describe(exc)}") from exc
-    gc.collect()
-    cases.append(("after a map that was never iterated was closed", _new_threads(before)))
 
-    leaks = [f"{when}: {len(names)} thread(s) still alive {THREAD_GRACE:g} s later ({', '.join(names[:3])})"
-             for when, names in cases if names]
+#: When the part counts the threads: (when, function, items, max_in_flight, how the map is used before).
+_LEAK_CASES = [
+    ("after a complete run", _sleepy, 20, 4, _run_to_the_end),
+    ("after an item failed (while later items were still being computed)", _fails_then_slow, 18, 4,
+     _run_into_the_error),
+    ("after the caller stopped early (close()) while calls were running", _slow_after_the_first, 1000, 6,
+     _stop_after_one),
+    ("after a map that was never iterated was closed", _slow_after_the_first, 100, 6, _close),
+]
+
+
+def _no_thread_left_behind(ctx: Context) -> str:
+    leaks = []
+    for when, function, count, max_in_flight, use in _LEAK_CASES:
+        before = set(threading.enumerate())
+        try:
+            results = ctx.candidate(function, iter(range(count)), threads=3, max_in_flight=max_in_flight)
+            use(results)
+            del results
+        except Exception as exc:
+            raise PartFailed(f"{when}: {ctx.name}(function, {count} items, ...) raised {describe(exc)}") from exc
+        gc.collect()
+        names = _new_threads(before)
+        if names:
+            leaks.append(f"{when}: {len(names)} thread(s) still alive {THREAD_GRACE:g} s later ({', '.join(names[:3])})")
     if leaks:
         raise PartFailed("\n".join(leaks) + "\nShut the threads down and wait for them (executor.shutdown(wait=True), "
                          "which leaving a `with` block does) before the generator ends, raises or closes")
