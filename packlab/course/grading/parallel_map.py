@@ -286,20 +286,53 @@ def _new_threads(before: set) -> list[str]:
         time.sleep(0.02)
 
 
-def _fails_then_slow(item):
-    """Item 13 fails after a moment, during which the items after it start their long calls."""
-    if item == 13:
-        time.sleep(0.2)
-        raise _Corrupt("cannot decode")
-    if item > 13:
+class _Started:
+    """Counts the calls that have started their long wait, so a part can hold one call until others run."""
+
+    def __init__(self):
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def one_more(self) -> None:
+        with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 2.0) -> None:
+        """Until ``count`` calls have started (or ``timeout`` passed: a map that runs one call at a time)."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.count >= count, timeout)
+
+
+def _fails_while_others_run():
+    """A function whose item 13 fails once two later items have started their long calls."""
+    started = _Started()
+
+    def function(item):
+        if item == 13:
+            started.wait_for(2)
+            raise _Corrupt("cannot decode")
+        if item > 13:
+            started.one_more()
+            time.sleep(SLOW_CALL)
+        return item
+
+    return function
+
+
+def _slow_after_the_first():
+    """A function whose first call returns once two others have started their long calls."""
+    started = _Started()
+
+    def function(item):
+        if item == 0:
+            started.wait_for(2)
+            return item
+        started.one_more()
         time.sleep(SLOW_CALL)
-    return item
+        return item
 
-
-def _slow_after_the_first(item):
-    """The first call is quick, the others long: the caller stops while they run."""
-    time.sleep(0.2 if item == 0 else SLOW_CALL)
-    return item
+    return function
 
 
 def _run_to_the_end(results) -> None:
@@ -319,10 +352,10 @@ def _stop_after_one(results) -> None:
     _close(results)
 
 
-#: When the part counts the threads: (when, function, items, max_in_flight, how the map is used before).
+#: When the part counts the threads: (when, a maker of the function, items, max_in_flight, how the map is used).
 _LEAK_CASES = [
-    ("after a complete run", _sleepy, 20, 4, _run_to_the_end),
-    ("after an item failed (while later items were still being computed)", _fails_then_slow, 18, 4,
+    ("after a complete run", lambda: _sleepy, 20, 4, _run_to_the_end),
+    ("after an item failed (while later items were still being computed)", _fails_while_others_run, 18, 4,
      _run_into_the_error),
     ("after the caller stopped early (close()) while calls were running", _slow_after_the_first, 1000, 6,
      _stop_after_one),
@@ -332,10 +365,10 @@ _LEAK_CASES = [
 
 def _no_thread_left_behind(ctx: Context) -> str:
     leaks = []
-    for when, function, count, max_in_flight, use in _LEAK_CASES:
+    for when, make, count, max_in_flight, use in _LEAK_CASES:
         before = set(threading.enumerate())
         try:
-            results = ctx.candidate(function, iter(range(count)), threads=3, max_in_flight=max_in_flight)
+            results = ctx.candidate(make(), iter(range(count)), threads=3, max_in_flight=max_in_flight)
             use(results)
             del results
         except Exception as exc:
