@@ -1,131 +1,225 @@
 """Checks of exercise 6 (``06_bottleneck``): measure the consumer before you tune the loader.
 
-The candidate, ``find_bottleneck(loader, consume, repeats=3, threads=1)``, measures a
+The candidate, ``find_bottleneck(loader, consume, repeats=6, threads=1)``, measures a
 loader alone, a consumer alone and the two together, and says which one sets the pace.
 The checks hand it a fake loader and a fake consumer whose speeds are known, because
-they sleep for set times (a sleeping process uses no CPU, so the check's timings hold on
-a busy machine too). Each scenario sets one trap that a careless measurement falls into:
+they sleep for set times (a sleeping process uses no CPU). On a busy machine a sleep
+lasts a little longer than asked, so the fakes also time each sleep, and the candidate's
+rates are compared with what the fakes really did. Each scenario sets the traps a
+careless measurement falls into:
 
-* a loader that pauses before the first batch of every epoch (worker start-up);
-* a loader whose first epoch is many times slower than the next ones (cold storage);
-* a session whose torch thread count is not the one asked for;
+* a loader that pauses before the first batch of every epoch (worker start-up), which
+  both the loader alone and the two together must leave out, with epochs so short that
+  counting the first batch's images shows;
+* storage that is slow the first time each batch is read (a cold page cache): reading
+  one batch before measuring warms one batch, not the epoch;
+* a session whose torch thread count is neither 1, nor the machine's cores, nor the
+  count asked for, which is neither of those either;
 * a slow loader, which a consumer timed while loading would seem to share;
-* a machine whose speed drifts while it is measured, and a loader and a consumer that
-  are equally fast: only runs that take turns show that neither is clearly the slower.
+* runs that must take turns: the fakes log what was measured in which order (the loader
+  alone, the consumer alone, the two together), and ``LLLCCCTTT`` is not ``LCTLCTLCT``;
+* differences on which :func:`packlab.bench.compare` and simpler rules disagree: a
+  loader and a consumer within about 2 % in every run (below its 5 % minimum, though the
+  ranges may not touch), a loader whose runs alternate between fast and slow around a
+  steady consumer (medians some 14 % apart, runs split evenly), and a clearly faster
+  consumer with one slow run that falls among the loader's (ranges that touch, runs split
+  clearly): the verdict must follow ``compare`` on the candidate's own runs, not its
+  medians, its ranges or a ratio alone.
+
+``repeats`` is 6 (:data:`packlab.bench.ROUNDS`) in most scenarios and 5 in one, so that
+a candidate that ignores it gives itself away. :data:`TIME_SCALE` shrinks every sleep
+(the tests of the check use it to run wrong candidates faster); the checks run at 1.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
+from packlab import data
+from packlab.bench import ROUNDS, chance_of_split, verdict
 from packlab.course.grading.core import Context, PartFailed, register
 
 #: Images in every fake batch.
 BATCH = 32
-
-
-class _Clock:
-    """The time since a scenario started, and how much slower the machine has become since (drift)."""
-
-    def __init__(self, drift_per_s: float = 0.0):
-        self.start = time.perf_counter()
-        self.drift_per_s = drift_per_s
-
-    def slowdown(self) -> float:
-        return 1.0 + self.drift_per_s * (time.perf_counter() - self.start)
+#: Every time the fakes take is multiplied by this (tests of the check lower it; see the module docstring).
+TIME_SCALE = 1.0
 
 
 class _FakeLoader:
     """Batches of 32 at a known pace: ``startup`` s before each epoch's first batch, ``per_batch`` s per batch.
 
-    The first epoch ever is ``cold_factor`` times slower per batch. ``in_epoch`` is true
-    while an epoch is being read, so the fake consumer can tell training from other calls.
+    The first read of each batch (by its position in the epoch) is ``cold_factor`` times
+    slower, as a page cache that holds what was read once. ``alone_factors`` slow down the
+    epochs nobody trains on (the loader measured alone), the k-th such epoch by
+    ``alone_factors[k % len]``; whether anybody trains is known from the second batch on.
+    ``in_epoch`` counts the epochs being read, so the fake consumer can tell training from
+    other calls. ``passes`` logs what the candidate measured, in order: ``"L"`` an epoch
+    read alone, ``"T"`` an epoch trained on, ``"C"`` the consumer called outside epochs.
     """
 
-    def __init__(self, per_batch, clock, batches=6, startup=0.0, cold_factor=1.0):
-        self.per_batch, self.clock, self.batches = per_batch, clock, batches
-        self.startup, self.cold_factor = startup, cold_factor
-        self.epochs = 0
-        self.in_epoch = False
+    def __init__(self, per_batch, batches=6, startup=0.0, cold_factor=1.0, alone_factors=(1.0,)):
+        self.per_batch, self.batches = per_batch * TIME_SCALE, batches
+        self.startup, self.cold_factor, self.alone_factors = startup * TIME_SCALE, cold_factor, alone_factors
+        self.read_before: set[int] = set()
+        self.alone_epochs = 0
+        self.in_epoch = 0
+        self.trained_this_epoch = False
+        self.passes: list[str] = []
+        self.batch_size = BATCH  # what a DataLoader has, for code that looks
+        self.dataset = range(batches * BATCH)
+        self.timings: list[tuple[int, int, bool, float]] = []  # (epoch's place in passes, batch, plain?, seconds)
 
     def __len__(self):
         return self.batches
 
     def __iter__(self):
-        self.epochs += 1
-        return self._epoch(cold=self.epochs == 1)
+        return self._epoch()
 
-    def _epoch(self, cold: bool):
-        self.in_epoch = True
+    def _epoch(self):
+        self.in_epoch += 1
+        self.trained_this_epoch = False
+        self.passes.append("?")  # an epoch began: what it is shows when it ends
+        position = len(self.passes) - 1
+        factor = 1.0
         try:
             time.sleep(self.startup)
-            for _ in range(self.batches):
-                time.sleep(self.per_batch * (self.cold_factor if cold else 1.0) * self.clock.slowdown())
+            for index in range(self.batches):
+                if index == 1 and not self.trained_this_epoch:
+                    factor = self.alone_factors[self.alone_epochs % len(self.alone_factors)]
+                    self.alone_epochs += 1
+                cold = self.cold_factor if index not in self.read_before else 1.0
+                self.read_before.add(index)
+                began = time.perf_counter()
+                time.sleep(self.per_batch * cold * factor)
+                self.timings.append((position, index, cold == factor == 1.0, time.perf_counter() - began))
                 yield torch.zeros(BATCH, 1), torch.zeros(BATCH, dtype=torch.long)
         finally:
-            self.in_epoch = False
+            self.in_epoch -= 1
+            self.passes[position] = "T" if self.trained_this_epoch else "L"
+
+    def seconds_per_batch(self, kind: str) -> float:
+        """How long a warm batch took, on average, in the epochs of ``kind`` ("L" or "T"), the first batch aside.
+
+        Measured, not assumed: on a busy machine a sleep lasts a little longer than asked,
+        and the candidate's timings include that too.
+        """
+        taken = [seconds for position, index, plain, seconds in self.timings
+                 if plain and index > 0 and self.passes[position] == kind]
+        return sum(taken) / len(taken) if taken else self.per_batch
 
     @property
     def rate(self) -> float:
-        """Warm, steady images/s (after the first batch, without drift)."""
-        return BATCH / self.per_batch
+        """Warm, steady images/s of the loader alone (after the first batch), as it ran."""
+        return BATCH / self.seconds_per_batch("L")
 
 
 class _FakeConsumer:
-    """A training step of known duration that records the torch threads it ran with and whether an epoch was running."""
+    """A training step of known duration that records the torch threads it ran with and whether an epoch was running.
 
-    def __init__(self, per_batch, clock, loader):
-        self.per_batch, self.clock, self.loader = per_batch, clock, loader
+    Calls outside the loader's epochs (the consumer measured alone) are slowed by
+    ``alone_factors[k]`` in the k-th pass over them (1 beyond the list).
+    """
+
+    def __init__(self, per_batch, loader, alone_factors=()):
+        self.per_batch, self.loader = per_batch * TIME_SCALE, loader
+        self.alone_factors = alone_factors
+        self.alone_passes = 0
         self.threads: list[int] = []
         self.during_epoch: list[bool] = []
+        self.timings: list[tuple[bool, bool, float]] = []  # (during an epoch?, plain?, seconds)
 
     def __call__(self, batch):
         self.threads.append(torch.get_num_threads())
-        self.during_epoch.append(self.loader.in_epoch)
-        time.sleep(self.per_batch * self.clock.slowdown())
+        self.during_epoch.append(self.loader.in_epoch > 0)
+        factor = 1.0
+        if self.loader.in_epoch:
+            self.loader.trained_this_epoch = True
+        else:
+            if not self.loader.passes or self.loader.passes[-1] != "C":
+                self.loader.passes.append("C")
+                self.alone_passes += 1
+            k = self.alone_passes - 1
+            factor = self.alone_factors[k] if k < len(self.alone_factors) else 1.0
+        began = time.perf_counter()
+        time.sleep(self.per_batch * factor)
+        self.timings.append((self.during_epoch[-1], factor == 1.0, time.perf_counter() - began))
+
+    def seconds_per_batch(self, during_epoch: bool) -> float:
+        """How long a call took, on average, during the loader's epochs or outside them (measured)."""
+        taken = [seconds for during, plain, seconds in self.timings if plain and during == during_epoch]
+        return sum(taken) / len(taken) if taken else self.per_batch
 
     @property
     def rate(self) -> float:
-        return BATCH / self.per_batch
+        """Images/s of the consumer alone, as it ran."""
+        return BATCH / self.seconds_per_batch(during_epoch=False)
 
 
-#: The scenarios: loader and consumer seconds per batch of 32, and the trap each one sets.
+#: The scenarios: loader and consumer seconds per batch of 32, the trap each sets, and `repeats`.
 SCENARIOS = {
-    "slow_loader": dict(loader=0.030, consumer=0.010),
-    "startup": dict(loader=0.005, consumer=0.015, batches=8, startup=0.15),
-    "cold": dict(loader=0.008, consumer=0.024, batches=8, cold_factor=8.0),
-    "consumer_bound": dict(loader=0.010, consumer=0.030),
-    "drifting": dict(loader=0.015, consumer=0.015, drift=1.5),
+    "slow_loader": dict(loader=0.015, consumer=0.005),
+    "consumer_bound": dict(loader=0.005, consumer=0.015),
+    "startup": dict(loader=0.004, consumer=0.012, batches=3, startup=0.1, repeats=5),
+    "cold": dict(loader=0.004, consumer=0.012, cold_factor=8.0),
+    # Equally fast: the loader sleeps 2 % less, about what its own overheads (a generator, two small
+    # tensors per batch) add; measured, the two come out within about 2 % of each other.
+    "close": dict(loader=0.0098, consumer=0.010),
+    # The loader's runs alternate between fast and 1.6 times slower; the consumer steady in between.
+    "noisy": dict(loader=0.006, consumer=0.006 * 1.4, alone_factors=(1.0, 1.6)),
+    # The loader's runs spread evenly over 30 %; the consumer 1.3 times faster than the fastest of
+    # them, except in its third run, which falls between the loader's second and third fastest.
+    "hiccup": dict(loader=0.006, consumer=0.006 / 1.3, alone_factors=(1.0, 1.06, 1.12, 1.18, 1.24, 1.30),
+                   consumer_factors=(1.0, 1.0, 1.3 / 0.92)),
 }
 
 
-def _run(ctx: Context, scenario: str):
-    """Run the candidate once per child on one scenario, asking for 1 torch thread in a session running 2.
+def thread_counts() -> tuple[int, int]:
+    """(threads to ask for, threads the session runs before the call): neither 1 nor the machine's cores, and different."""
+    taken = {1, os.cpu_count() or 1, data.available_cores(), torch.get_num_threads()}
+    asked = next(n for n in (3, 5, 7, 11) if n not in taken)
+    session = next(n for n in (5, 6, 9, 13) if n not in taken | {asked})
+    return asked, session
 
-    Parts share the outcome: ``(loader, consumer, result, torch threads after the call)``.
-    """
+
+class _Run:
+    """One scenario as the candidate measured it: the fakes, the options, its result, the threads after the call."""
+
+    def __init__(self, loader, consumer, options, result, threads_after):
+        self.loader, self.consumer, self.options = loader, consumer, options
+        self.result, self.threads_after = result, threads_after
+
+    @property
+    def repeats(self) -> int:
+        return self.options["repeats"]
+
+
+def _run(ctx: Context, scenario: str) -> _Run:
+    """Run the candidate once per child on one scenario (parts share the outcome)."""
     key = ("scenario", scenario)
     if key not in ctx.memo:
         spec = dict(SCENARIOS[scenario])
-        clock = _Clock(spec.pop("drift", 0.0))
-        consumer_seconds = spec.pop("consumer")
-        loader = _FakeLoader(spec.pop("loader"), clock, **spec)
-        consumer = _FakeConsumer(consumer_seconds, clock, loader)
+        consumer_seconds, consumer_factors = spec.pop("consumer"), spec.pop("consumer_factors", ())
+        repeats = spec.pop("repeats", ROUNDS)
+        loader = _FakeLoader(spec.pop("loader"), **spec)
+        consumer = _FakeConsumer(consumer_seconds, loader, consumer_factors)
+        asked, session = thread_counts()
         before = torch.get_num_threads()
-        torch.set_num_threads(2)  # as a fresh session on two cores would; the candidate must ask for 1
+        torch.set_num_threads(session)
         try:
-            result = ctx.call(loader, consumer, repeats=3, threads=1)
+            result = ctx.call(loader, consumer, repeats=repeats, threads=asked)
             after = torch.get_num_threads()
         finally:
             torch.set_num_threads(before)
-        ctx.memo[key] = (loader, consumer, _validated(result), after)
+        options = {"repeats": repeats, "threads": asked, "session": session}
+        ctx.memo[key] = _Run(loader, consumer, options, _validated(result), after)
     return ctx.memo[key]
 
 
 def _validated(result) -> dict:
-    """The candidate's result, checked for shape: three spreads of 3 runs and a verdict."""
+    """The candidate's result, checked for shape: three spreads of images/s and a verdict."""
     if not isinstance(result, dict):
         raise PartFailed(f"find_bottleneck must return a dict; it returned {type(result).__name__}")
     for name in ("loader", "consumer", "together"):
@@ -136,133 +230,209 @@ def _validated(result) -> dict:
         values = getattr(spread, "values", None)
         if not all(hasattr(spread, a) for a in ("median", "low", "high")) or values is None:
             raise PartFailed(f"result[{name!r}] is a {type(spread).__name__}; make it Spread.of(rates), the images/s of each run")
-        if len(values) != 3:
-            raise PartFailed(f"result[{name!r}] holds {len(values)} runs; with repeats=3 measure each thing 3 times")
-        if not all(v > 0 for v in values):
+        if not values or not all(v > 0 for v in values):
             raise PartFailed(f"result[{name!r}] holds rates that are not positive: {list(values)}")
     if result.get("bottleneck") not in ("loader", "consumer", "unclear"):
         raise PartFailed(f"result['bottleneck'] is {result.get('bottleneck')!r}; it must be 'loader', 'consumer' or 'unclear'")
     return result
 
 
-def _near(measured: float, truth: float, what: str, low: float = 0.5, high: float = 1.6) -> None:
+def _near(measured: float, truth: float, what: str, low: float, high: float, why: str = "") -> None:
     if not low * truth <= measured <= high * truth:
-        raise PartFailed(f"{what}: you measured {measured:.0f} images/s, but it runs at about {truth:.0f}")
+        raise PartFailed(f"{what}: you measured {measured:.0f} images/s, but it runs at about {truth:.0f}{why}")
 
 
 def _consumer_alone(ctx: Context) -> str:
-    loader, consumer, result, _ = _run(ctx, "slow_loader")
-    _near(result["consumer"].median, consumer.rate,
-          f"the consumer alone (0.010 s per batch of {BATCH}, the loader 0.030 s)")
+    run = _run(ctx, "slow_loader")
+    result, consumer = run.result, run.consumer
+    _near(result["consumer"].median, consumer.rate, f"the consumer alone ({consumer.per_batch:.3f} s per batch of "
+          f"{BATCH}, the loader {run.loader.per_batch:.3f} s)", 0.5, 1.15,
+          " (timed while loading, it would seem as slow as the loader)")
     return f"consumer alone: {result['consumer'].median:.0f} images/s (it runs at {consumer.rate:.0f})"
 
 
 def _together(ctx: Context) -> str:
-    loader, consumer, result, _ = _run(ctx, "slow_loader")
+    run = _run(ctx, "slow_loader")
+    loader, consumer, result = run.loader, run.consumer, run.result
     trained_during_epochs = sum(consumer.during_epoch)
-    if trained_during_epochs < 3 * loader.batches:
+    if trained_during_epochs < run.repeats * (loader.batches - 1):
         raise PartFailed(
-            f"the consumer ran on {trained_during_epochs} batches while the loader was being read, fewer than the "
-            f"{3 * loader.batches} of 3 epochs: measure the two together, training on every batch as it arrives"
+            f"over {run.repeats} runs of {loader.batches} batches, the consumer ran on only {trained_during_epochs} "
+            "batches while the loader was being read: measure the two together, training on every batch as it "
+            "arrives (not computed from the two alone)"
         )
-    serial = BATCH / (loader.per_batch + consumer.per_batch)
-    _near(result["together"].median, serial, "the loader feeding the consumer (in one process their times add up)")
+    serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+    _near(result["together"].median, serial, "the loader feeding the consumer (in one process their times add up)",
+          0.6, 1.15)
     return f"together: {result['together'].median:.0f} images/s (one process, expected about {serial:.0f})"
 
 
 def _startup(ctx: Context) -> str:
-    loader, _, result, _ = _run(ctx, "startup")
+    run = _run(ctx, "startup")
+    loader, consumer, result = run.loader, run.consumer, run.result
     measured = result["loader"].median
+    images = loader.batches * BATCH
+    per_batch = loader.seconds_per_batch("L")
+    counted_all = images / ((loader.batches - 1) * per_batch)
+    with_startup = images / (loader.startup + loader.batches * per_batch)
     if measured < 0.4 * loader.rate:
-        with_startup = (loader.batches * BATCH) / (loader.startup + loader.batches * loader.per_batch)
         raise PartFailed(
             f"the loader alone delivers {loader.rate:.0f} images/s once its first batch is there, after a "
-            f"{loader.startup:.2f} s start-up per epoch; you measured {measured:.0f} (with the start-up in: "
-            f"{with_startup:.0f}), and concluded {result['bottleneck']!r}"
+            f"{loader.startup:.2f} s start-up per epoch of {loader.batches} batches; you measured {measured:.0f} "
+            f"(with the start-up in: {with_startup:.0f}). Start the clock when the first batch arrives"
         )
-    if result["bottleneck"] != "consumer":
-        raise PartFailed(f"the consumer ({BATCH / SCENARIOS['startup']['consumer']:.0f} images/s) is the slower one here; "
-                         f"you said {result['bottleneck']!r}")
-    return f"loader alone {measured:.0f} images/s from its first batch on; the consumer sets the pace"
+    if measured > 1.15 * loader.rate:
+        raise PartFailed(
+            f"the loader alone delivers {loader.rate:.0f} images/s once its first batch is there; you measured "
+            f"{measured:.0f} (counting the first batch's images too: {counted_all:.0f}). The clock starts when the "
+            "first batch arrives, so count only the images after it"
+        )
+    serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+    together = result["together"].median
+    if together < 0.5 * serial:
+        raise PartFailed(
+            f"the two together run at about {serial:.0f} images/s once the first batch is there; you measured "
+            f"{together:.0f}: the start-up is in. Time 'together' like the loader alone, from its first batch on"
+        )
+    return f"loader alone {measured:.0f} images/s, together {together:.0f}, both from the first batch on"
 
 
 def _warm(ctx: Context) -> str:
-    loader, _, result, _ = _run(ctx, "cold")
+    run = _run(ctx, "cold")
+    loader, result = run.loader, run.result
     slowest = result["loader"].low
-    if slowest < 0.5 * loader.rate:
+    if slowest < 0.4 * loader.rate:
         raise PartFailed(
-            f"the slowest of your loader runs delivered {slowest:.0f} images/s: that was the first, cold pass "
-            f"({loader.cold_factor:.0f} times slower than the warm ones, {loader.rate:.0f} images/s), compared "
-            "with warm runs of the consumer"
+            f"the slowest of your loader runs delivered {slowest:.0f} images/s: it read batches for the first time, "
+            f"from cold storage ({loader.cold_factor:.0f} times slower than the warm {loader.rate:.0f} images/s). "
+            "Reading one batch warms one batch: read the whole epoch once, untimed, before measuring"
         )
-    return f"no timed run was the cold first pass (slowest loader run {slowest:.0f} images/s)"
+    return f"no timed run was a cold first read (slowest loader run {slowest:.0f} images/s)"
 
 
 def _threads(ctx: Context) -> str:
-    _, consumer, _, after = _run(ctx, "slow_loader")
-    wrong = sorted(set(consumer.threads) - {1})
+    run = _run(ctx, "slow_loader")
+    consumer = run.consumer
+    asked, session = run.options["threads"], run.options["session"]
     if not consumer.threads:
         raise PartFailed("the consumer was never called")
+    wrong = sorted(set(consumer.threads) - {asked})
     if wrong:
-        share = sum(t != 1 for t in consumer.threads) / len(consumer.threads)
+        share = sum(t != asked for t in consumer.threads) / len(consumer.threads)
+        during = {d for t, d in zip(consumer.threads, consumer.during_epoch) if t != asked}
+        where = {frozenset({True}): " (the calls while the loader ran: set the threads for 'together' too)",
+                 frozenset({False}): " (the calls on batches in memory: set the threads for the consumer alone too)"}
         raise PartFailed(
-            f"asked for threads=1 in a session running {wrong[0]} torch threads, the consumer ran with "
-            f"{', '.join(map(str, wrong))} threads in {share:.0%} of its calls"
+            f"asked for threads={asked} in a session running {session} torch threads, the consumer ran with "
+            f"{', '.join(map(str, wrong))} threads in {share:.0%} of its calls{where.get(frozenset(during), '')}: "
+            "torch.set_num_threads(threads), the number given"
         )
-    if after != 2:
-        raise PartFailed(f"the session ran 2 torch threads before the call and {after} after it: restore the setting you found")
-    return "every consumer call ran with the threads asked for; the session's setting was restored"
+    if run.threads_after != session:
+        raise PartFailed(f"the session ran {session} torch threads before the call and {run.threads_after} after it: "
+                         "restore the setting you found (torch.get_num_threads() before you change it)")
+    return f"every consumer call ran with the {asked} threads asked for; the session's {session} were restored"
+
+
+def _blocks(passes: list[str]) -> int:
+    """How many runs of one kind there are in ``passes`` (``LLCCTT`` has 3; ``LCTLCT`` has 6)."""
+    return sum(1 for i, kind in enumerate(passes) if i == 0 or passes[i - 1] != kind)
+
+
+def _turns(ctx: Context) -> str:
+    for scenario in ("startup", "slow_loader"):
+        run = _run(ctx, scenario)
+        for name in ("loader", "consumer", "together"):
+            count = len(run.result[name].values)
+            if count != run.repeats:
+                raise PartFailed(f"result[{name!r}] holds {count} runs; with repeats={run.repeats} measure each "
+                                 f"thing {run.repeats} times")
+        passes = run.loader.passes[1:]  # the first epoch is the warm-up
+        if _blocks(passes) < 2 * run.repeats:
+            order = "".join(passes)
+            raise PartFailed(
+                f"with repeats={run.repeats} your measurements came in this order (L: the loader alone, C: the consumer "
+                f"alone, T: together): {order[:40]}{'...' if len(order) > 40 else ''}. They did not take turns, so a "
+                "change in the machine's speed while you measure (another job starting, a fan, a cache) favours "
+                "whichever came first. Measure loader, consumer, together; then again (packlab.bench.interleaved)"
+            )
+    return "`repeats` runs of each, taking turns (loader, consumer, together; and again)"
 
 
 def _decides(ctx: Context) -> str:
-    answers = {}
     for scenario, truth in (("slow_loader", "loader"), ("consumer_bound", "consumer")):
-        loader, consumer, result, _ = _run(ctx, scenario)
-        answers[scenario] = result["bottleneck"]
+        run = _run(ctx, scenario)
+        result = run.result
         if result["bottleneck"] != truth:
             raise PartFailed(
-                f"loader {loader.rate:.0f} images/s, consumer {consumer.rate:.0f}: the {truth} is the bottleneck; you "
-                f"measured loader {result['loader']}, consumer {result['consumer']} and said {result['bottleneck']!r}"
+                f"loader {run.loader.rate:.0f} images/s, consumer {run.consumer.rate:.0f}: the {truth} is the "
+                f"bottleneck; you measured loader {result['loader']}, consumer {result['consumer']} and said "
+                f"{result['bottleneck']!r}"
+                + (". The slower side sets the pace" if result["bottleneck"] != "unclear" else "")
             )
     return "a loader 3 times slower than the consumer is the bottleneck, and the other way round"
 
 
-def _no_clear_difference(ctx: Context) -> str:
-    _, _, result, _ = _run(ctx, "drifting")
-    if result["bottleneck"] != "unclear":
-        raise PartFailed(
-            "loader and consumer run equally fast here while the machine slows down as you measure: you measured "
-            f"loader {result['loader']}, consumer {result['consumer']} images/s and said {result['bottleneck']!r}. "
-            "Runs that take turns see the same slowdown, so their ranges overlap: 'unclear'"
-        )
-    return f"equally fast on a drifting machine: loader {result['loader']}, consumer {result['consumer']}: 'unclear'"
+def _why_not(loader, consumer, said: str, expected: str) -> str:
+    """Why ``compare`` answers ``expected`` where the candidate said ``said``, in words."""
+    chance = chance_of_split(loader.values, consumer.values)
+    ratio = max(loader.median, consumer.median) / min(loader.median, consumer.median)
+    if expected == "unclear":
+        if ratio < 1.05:
+            return (f" The medians are only {100 * (ratio - 1):.1f} % apart: below 5 % compare calls nothing clear, "
+                    "however consistent the runs")
+        return (f" The runs are not split clearly: two equal sides would be split like this {100 * chance:.0f} % of "
+                "the time (compare wants at most 2 %), although the medians differ")
+    if loader.overlaps(consumer):
+        return " The ranges overlap, but the runs are split clearly all the same: ranges are not the rule"
+    return ""
+
+
+def _verdict(ctx: Context) -> str:
+    shown = []
+    for scenario in ("close", "noisy", "hiccup", "slow_loader", "consumer_bound"):
+        result = _run(ctx, scenario).result
+        loader, consumer = result["loader"], result["consumer"]
+        expected = verdict(loader, consumer, more="consumer", less="loader", same="unclear")
+        if result["bottleneck"] != expected:
+            raise PartFailed(
+                f"you measured loader {loader}, consumer {consumer} images/s and said {result['bottleneck']!r}; "
+                f"packlab.bench.compare on those runs says {expected!r}.{_why_not(loader, consumer, result['bottleneck'], expected)}"
+            )
+        shown.append(expected)
+    return f"the verdict follows packlab.bench.compare on your own runs ({', '.join(shown)})"
 
 
 register(
     "bottleneck",
     "06_bottleneck",
     "measure a loader alone, its consumer alone and the two together; say which one sets the pace",
-    "find_bottleneck(loader, consume, repeats=3, threads=1) -> dict: 'loader', 'consumer', 'together' are "
-    "packlab.bench.Spread of images/s over `repeats` interleaved runs (the loader from its first batch on, after an "
-    "untimed warm-up pass; the consumer on batches in memory; consume() with `threads` torch threads); "
-    "'bottleneck' is 'loader', 'consumer' or 'unclear' (ranges overlap)",
+    "find_bottleneck(loader, consume, repeats=6, threads=1) -> dict: 'loader', 'consumer', 'together' are "
+    "packlab.bench.Spread of images/s over `repeats` interleaved runs (the loader, alone and together, from its "
+    "first batch on, after an untimed warm-up epoch; the consumer on batches in memory; consume() with `threads` "
+    "torch threads); 'bottleneck' is 'loader', 'consumer' or 'unclear', as packlab.bench.verdict says",
     dict,
     [
         ("consumer_alone", "the consumer alone is timed on batches already in memory, not while loading",
          "keep the batches of the warm-up pass in a list and time consume() over that list", _consumer_alone),
         ("together", "the two together: consume() on every batch as the loader delivers it",
          "for batch in loader: consume(batch), timed like the loader alone", _together),
-        ("startup", "the loader's rate is counted from its first batch on, not from before the start-up",
-         "note the time when the first batch arrives; count the images after it and divide by the time since", _startup),
-        ("warm", "no timed run is the cold first pass over the data",
-         "read the loader once, untimed, before any measurement (that pass can also give the batches for the consumer)", _warm),
+        ("startup", "the loader's rate, alone and together, is counted from its first batch on",
+         "note the time when the first batch arrives; count the images after it and divide by the time since",
+         _startup),
+        ("warm", "no timed run reads the data for the first time",
+         "read the whole loader once, untimed, before any measurement (that pass can also give the batches for the "
+         "consumer)", _warm),
         ("threads", "consume() runs with `threads` torch threads, and the session's setting is restored",
          "torch.set_num_threads(threads) before timing the consumer (alone and together); set it back to "
-         "torch.get_num_threads()'s earlier value at the end", _threads),
+         "torch.get_num_threads()'s earlier value at the end (packlab.bench.torch_threads does both)", _threads),
+        ("turns", "`repeats` runs of each thing, measured in turns (loader, consumer, together; and again)",
+         "take turns (loader, consumer, together; then again: packlab.bench.interleaved(measures, repeats)) rather "
+         "than all loader runs first", _turns),
         ("decides", "a clearly slower loader is 'loader', a clearly slower consumer is 'consumer'",
-         "compare the spreads of images/s: the slower side is the bottleneck", _decides),
-        ("no_clear_difference", "equally fast on a machine whose speed drifts: interleaved runs, 'unclear'",
-         "take turns (loader, consumer, together; then again: packlab.bench.interleaved) rather than three loader runs "
-         "first; say 'unclear' when the ranges overlap (Spread.overlaps)", _no_clear_difference),
+         "the slower side is the bottleneck: verdict(loader, consumer, more='consumer', less='loader', same='unclear')",
+         _decides),
+        ("verdict", "the verdict follows packlab.bench.compare on the runs measured, also for small or noisy differences",
+         "packlab.bench.verdict(result['loader'], result['consumer'], more='consumer', less='loader', same='unclear'), "
+         "not the medians alone nor whether the ranges overlap", _verdict),
     ],
 )

@@ -9,13 +9,16 @@ check pays for them once per dataset.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import io
 import json
 import os
 import pickle
+import struct
 import tarfile
+import tempfile
 import time
 import zipfile
 from collections.abc import Sequence
@@ -377,3 +380,88 @@ def check_item(item, with_key: bool, key: str | None = None) -> None:
     if with_key and key is not None and item[2] != key:
         raise PartFailed(f"expected key {key!r} for this index, got {item[2]!r}")
 
+
+
+# ------------------------------------------------------------- watching a writer at work
+
+
+#: inotify event bits (linux/inotify.h) the writer checks listen for.
+IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE = 0x2, 0x40, 0x80, 0x100
+IN_Q_OVERFLOW = 0x4000
+
+
+class FolderEvents:
+    """What happened to the names in one folder while a writer ran, as Linux reported it (inotify).
+
+    Used as a context manager around the writer's call; afterwards :meth:`names_written`
+    says which names were created or written in place, and :meth:`names_renamed_in` which
+    arrived by a rename. A file that appears by ``os.replace`` of a finished temporary
+    file is only ever *renamed in*: a reader never sees it half-written. One created or
+    written in place (by the writer, by ``shutil.copy``, by ``shutil.move`` from another
+    filesystem) was visible while incomplete. ``available`` is False where inotify does
+    not exist (not Linux), and when the kernel's queue overflowed: then nothing is known.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.events: list[tuple[int, str]] = []
+        self.available = False
+        self._fd = -1
+
+    def __enter__(self) -> FolderEvents:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return self
+            mask = IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
+            if libc.inotify_add_watch(fd, os.fsencode(self.folder), mask) < 0:
+                os.close(fd)
+                return self
+        except (OSError, AttributeError, TypeError):  # no inotify here (not Linux)
+            return self
+        self._fd, self.available = fd, True
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._fd < 0:
+            return
+        try:
+            while True:
+                try:
+                    chunk = os.read(self._fd, 1 << 16)
+                except BlockingIOError:
+                    break
+                self._parse(chunk)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _parse(self, chunk: bytes) -> None:
+        offset = 0
+        while offset + 16 <= len(chunk):
+            _, mask, _, length = struct.unpack_from("iIII", chunk, offset)
+            name = chunk[offset + 16 : offset + 16 + length].split(b"\0", 1)[0].decode(errors="replace")
+            offset += 16 + length
+            if mask & IN_Q_OVERFLOW:
+                self.available = False
+            self.events.append((mask, name))
+
+    def names_written(self) -> set[str]:
+        """Names created, or written to, in the folder (a file merely opened for writing and closed is not counted)."""
+        return {name for mask, name in self.events if mask & (IN_CREATE | IN_MODIFY)}
+
+    def names_renamed_in(self) -> set[str]:
+        return {name for mask, name in self.events if mask & IN_MOVED_TO}
+
+
+def folder_on_another_filesystem(than: Path) -> Path | None:
+    """A new empty folder on a filesystem other than ``than``'s (``/dev/shm``, the data folder, ...), or None."""
+    device = os.stat(than).st_dev
+    for candidate in (Path("/dev/shm"), paths.packed_dir(), Path.home(), Path("/var/tmp"), Path.cwd()):
+        try:
+            if candidate.is_dir() and os.stat(candidate).st_dev != device and os.access(candidate, os.W_OK):
+                return Path(tempfile.mkdtemp(prefix="packlab-check-", dir=candidate))
+        except OSError:
+            continue
+    return None

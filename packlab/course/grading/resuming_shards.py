@@ -7,11 +7,19 @@ after a chosen number of bytes (as a connection reset part-way would), following
 schedule, and refuses to be opened more often than the schedule allows (so a candidate
 that retries forever fails quickly instead of running into the part's time limit). The
 candidate's ``sleep`` is replaced by a recorder, so no part waits for real.
+
+What one fixed input would hide, the parts vary: ``attempts`` and ``wait_s`` are never
+the defaults (a candidate that ignores them gives itself away), the connection breaks
+up to five times at different depths (the last break less deep than the one before;
+one before the first sample), so three or more waits tell doubling from adding, and
+the waits are also counted where nothing breaks and where every attempt breaks (none
+before the first attempt, none after the last).
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections import Counter
 
 from packlab.course.grading.core import Context, PartFailed, describe, register
@@ -34,7 +42,8 @@ class _ScheduledOpener:
     """An opener whose n-th stream breaks after ``cuts[n]`` bytes (``None``: it does not break)."""
 
     def __init__(self, path: str, cuts: list[int | None], repeat_last: bool = False):
-        self.data = open(path, "rb").read()
+        with open(path, "rb") as f:
+            self.data = f.read()
         self.path, self.cuts, self.repeat_last = path, cuts, repeat_last
         self.opens = 0
 
@@ -80,24 +89,56 @@ def _fixtures() -> dict:
     return {"shard": str(shard), "keys": keys, "size": shard.stat().st_size}
 
 
-def _run(ctx: Context, opener: _ScheduledOpener, **kwargs) -> tuple[list[str], BaseException | None, list[float]]:
-    """Iterate the candidate; return the keys it yielded, the exception it ended with (or None), and the waits."""
+def _fraction(ctx: Context, f: float) -> int:
+    return int(ctx.fixtures["size"] * f)
+
+
+#: The scenarios: when each open breaks (a fraction of the shard's bytes, a byte count, or
+#: None: it does not), whether the last break repeats for ever, and the options passed.
+#: ``attempts`` and ``wait_s`` are never the defaults (4 and 1.0).
+SCENARIOS = {
+    "never_breaks": dict(cuts=[None], attempts=3, wait_s=0.5),
+    "breaks_once": dict(cuts=[0.45, None], attempts=3, wait_s=0.5),
+    # Before the first sample, deeper, less deep than the previous break, deeper again, then through.
+    "breaks_often": dict(cuts=[300, 0.6, 0.3, 0.8, 0.5, None], attempts=7, wait_s=0.1),
+    "always_breaks": dict(cuts=[0.3, 0.5, 0.4, 0.6, 0.2], repeat_last=True, attempts=5, wait_s=0.3),
+    "one_attempt": dict(cuts=[0.4], repeat_last=True, attempts=1, wait_s=0.3),
+}
+
+
+class _Outcome:
+    """What the candidate did in one scenario: the keys it yielded, how it ended, the waits, the opens."""
+
+    def __init__(self, keys, error, waits, opens, options):
+        self.keys, self.error, self.waits, self.opens, self.options = keys, error, waits, opens, options
+
+
+def _run(ctx: Context, scenario: str) -> _Outcome:
+    """Run the candidate once per child on one scenario (parts share the outcome)."""
+    key = ("scenario", scenario)
+    if key in ctx.memo:
+        return ctx.memo[key]
+    spec = dict(SCENARIOS[scenario])
+    cuts = [c if c is None or isinstance(c, int) else _fraction(ctx, c) for c in spec.pop("cuts")]
+    opener = _ScheduledOpener(ctx.fixtures["shard"], cuts, spec.pop("repeat_last", False))
     waits: list[float] = []
     keys: list[str] = []
+    error = None
     try:
-        for sample in ctx.call(ctx.fixtures["shard"], opener, sleep=waits.append, **kwargs):
+        for sample in ctx.call(ctx.fixtures["shard"], opener, sleep=waits.append, **spec):
             keys.append(sample.key)
             if len(keys) > 10 * len(ctx.fixtures["keys"]):
                 raise PartFailed(f"{len(keys)} samples from a shard of {len(ctx.fixtures['keys'])}: it never ends")
     except _TooManyOpens as exc:
         raise PartFailed(
-            f"{exc} although attempts={kwargs.get('attempts', 4)}: the retries must stop after `attempts` tries"
+            f"{exc} although attempts={spec['attempts']}: the retries must stop after `attempts` tries"
         ) from None
     except PartFailed:
         raise
     except Exception as exc:  # noqa: BLE001 - the part decides whether this error was expected
-        return keys, exc, waits
-    return keys, None, waits
+        error = exc
+    ctx.memo[key] = _Outcome(keys, error, waits, opener.opens, spec)
+    return ctx.memo[key]
 
 
 def _exactly_once(ctx: Context, keys: list[str], what: str) -> None:
@@ -111,78 +152,106 @@ def _exactly_once(ctx: Context, keys: list[str], what: str) -> None:
     if keys != expected:
         missing = [k for k in expected if k not in set(keys)]
         if missing:
-            raise PartFailed(f"{what}: {len(missing)} of {len(expected)} samples never came (e.g. {missing[0]})")
+            raise PartFailed(f"{what}: {len(missing)} of {len(expected)} samples never came (e.g. {missing[0]}): "
+                             "skip exactly the samples already yielded, no more")
         raise PartFailed(f"{what}: every sample came once, but not in the shard's order")
 
 
-def _fraction(ctx: Context, f: float) -> int:
-    return int(ctx.fixtures["size"] * f)
+def _completed(ctx: Context, scenario: str, what: str) -> _Outcome:
+    """The outcome of a scenario that must end normally; an error fails the part, saying which."""
+    outcome = _run(ctx, scenario)
+    if outcome.error is not None:
+        raise PartFailed(f"{what} (attempts={outcome.options['attempts']}) raised {describe(outcome.error)}"
+                         + (" instead of being read again" if isinstance(outcome.error, ShardReadError) else ""))
+    _exactly_once(ctx, outcome.keys, what)
+    return outcome
 
 
 def _reads_once(ctx: Context) -> str:
-    opener = _ScheduledOpener(ctx.fixtures["shard"], [None])
-    keys, error, waits = _run(ctx, opener, attempts=4, wait_s=0.25)
-    if error is not None:
-        raise PartFailed(f"a shard that never breaks raised {describe(error)}")
-    _exactly_once(ctx, keys, "a shard that never breaks")
-    if opener.opens != 1 or waits:
-        raise PartFailed(f"a shard that never breaks was opened {opener.opens} times and waited {waits}")
-    return f"all {len(keys)} samples, in order, from one open"
+    outcome = _completed(ctx, "never_breaks", "a shard that never breaks")
+    if outcome.opens != 1:
+        raise PartFailed(f"a shard that never breaks was opened {outcome.opens} times: open it once")
+    return f"all {len(outcome.keys)} samples, in order, from one open"
 
 
 def _resumes(ctx: Context) -> str:
-    opener = _ScheduledOpener(ctx.fixtures["shard"], [_fraction(ctx, 0.45), None])
-    keys, error, _ = _run(ctx, opener, attempts=4, wait_s=0.25)
-    if error is not None:
-        raise PartFailed(f"a shard that breaks once, half-way, raised {describe(error)} instead of being read again")
-    _exactly_once(ctx, keys, "a shard that breaks once, half-way")
-    if opener.opens != 2:
-        raise PartFailed(f"a shard that breaks once should be opened twice, it was opened {opener.opens} times")
+    outcome = _completed(ctx, "breaks_once", "a shard that breaks once, half-way")
+    if outcome.opens != 2:
+        raise PartFailed(f"a shard that breaks once should be opened twice, it was opened {outcome.opens} times")
     return "broken half-way, read again from its start: every sample once, in order"
 
 
 def _several_breaks(ctx: Context) -> str:
-    # Before the first sample, then deeper, then less deep than the previous break, then through.
-    cuts = [300, _fraction(ctx, 0.6), _fraction(ctx, 0.3), None]
-    opener = _ScheduledOpener(ctx.fixtures["shard"], cuts)
-    keys, error, _ = _run(ctx, opener, attempts=4, wait_s=0.25)
-    if error is not None:
-        raise PartFailed(f"a shard that breaks three times (attempts=4) raised {describe(error)}")
-    _exactly_once(ctx, keys, "three breaks at different depths")
-    return "three breaks, the last one earlier in the shard than the one before: still every sample once"
+    outcome = _completed(ctx, "breaks_often", "a shard that breaks five times at different depths")
+    if outcome.opens != 6:
+        raise PartFailed(f"a shard that breaks five times should be opened 6 times, it was opened {outcome.opens} times")
+    return "five breaks, one before the first sample and some less deep than the one before: still every sample once"
+
+
+def _gave_up_properly(ctx: Context, scenario: str) -> str:
+    outcome = _run(ctx, scenario)
+    attempts = outcome.options["attempts"]
+    total = len(ctx.fixtures["keys"])
+    if outcome.error is None:
+        raise PartFailed(
+            f"a shard that breaks on every attempt (attempts={attempts}) ended quietly after {len(outcome.keys)} of "
+            f"{total} samples: after the last attempt the error must reach the caller, or samples go missing unnoticed"
+        )
+    if not isinstance(outcome.error, ShardReadError) or ctx.fixtures["shard"] not in str(outcome.error):
+        raise PartFailed(
+            f"after the last of attempts={attempts}, expected the ShardReadError naming the shard to reach the "
+            f"caller; got {describe(outcome.error)}"
+        )
+    if outcome.opens != attempts:
+        raise PartFailed(f"attempts={attempts} should open the shard {attempts} times in all (the first read "
+                         f"included); it was opened {outcome.opens} times")
+    if len(outcome.keys) != len(set(outcome.keys)):
+        raise PartFailed("samples were yielded twice before giving up")
+    return f"attempts={attempts}: {attempts} opens"
 
 
 def _gives_up(ctx: Context) -> str:
-    opener = _ScheduledOpener(ctx.fixtures["shard"], [_fraction(ctx, 0.4)] * 3, repeat_last=True)
-    keys, error, _ = _run(ctx, opener, attempts=3, wait_s=0.25)
-    if error is None:
-        raise PartFailed(
-            f"a shard that breaks on every attempt ended quietly after {len(keys)} of {len(ctx.fixtures['keys'])} "
-            "samples: after the last attempt the error must reach the caller, or samples go missing unnoticed"
-        )
-    if not isinstance(error, ShardError) or ctx.fixtures["shard"] not in str(error):
-        raise PartFailed(f"after the last attempt, expected the ShardReadError naming the shard; got {describe(error)}")
-    if opener.opens != 3:
-        raise PartFailed(f"attempts=3 should open the shard 3 times; it was opened {opener.opens} times")
-    if len(keys) != len(set(keys)):
-        raise PartFailed("samples were yielded twice before giving up")
-    return "breaks every time: 3 attempts, then the error naming the shard"
+    messages = [_gave_up_properly(ctx, "always_breaks"), _gave_up_properly(ctx, "one_attempt")]
+    return f"breaks every time: {' and '.join(messages)}, then the ShardReadError naming the shard"
+
+
+def _as_expected(waits: list[float], expected: list[float]) -> bool:
+    return len(waits) == len(expected) and all(math.isclose(w, e, rel_tol=1e-6) for w, e in zip(waits, expected))
+
+
+def _waits_wrong(waits: list, wait_s: float, retries: int, where: str) -> str:
+    """What is wrong with ``waits``, where ``retries`` retries with ``wait_s`` should wait wait_s, 2 wait_s, ..."""
+    expected = [wait_s * 2**n for n in range(retries)]
+    shown = [round(w, 6) if isinstance(w, float) else w for w in waits]
+    text = f"{where} with wait_s={wait_s} should wait {expected} (through the `sleep` argument); it waited {shown}"
+    if not waits and retries:
+        return text + ". Call sleep(...) before every retry: retrying at once hammers a server that is restarting"
+    if len(waits) == retries + 1:
+        return text + ". One wait too many: wait before each retry only, not before the first read or after the last"
+    if len(waits) == retries and retries >= 2:
+        if all(math.isclose(w, wait_s * (n + 1)) for n, w in enumerate(waits)):
+            return text + ". That adds wait_s each time; the wait doubles: wait_s * 2 ** (retry - 1)"
+        if all(math.isclose(w, wait_s) for w in waits):
+            return text + ". The wait stays the same; it doubles before each further retry"
+        if all(math.isclose(w, 2 * e) for w, e in zip(waits, expected)):
+            return text + ". Each wait is twice too long: the first retry waits wait_s itself"
+    return text
 
 
 def _waits(ctx: Context) -> str:
-    opener = _ScheduledOpener(ctx.fixtures["shard"], [_fraction(ctx, 0.2), _fraction(ctx, 0.5), None])
-    keys, error, waits = _run(ctx, opener, attempts=4, wait_s=0.25)
-    if error is not None:
-        raise PartFailed(f"a shard that breaks twice raised {describe(error)}")
-    if waits != [0.25, 0.5]:
-        raise PartFailed(
-            f"two retries with wait_s=0.25 should wait [0.25, 0.5] (through the `sleep` argument); they waited {waits}"
-        )
-    return "waits wait_s, then twice that, before the retries"
+    cases = [("breaks_often", 5, "five retries"), ("always_breaks", 4, "attempts=5, every one broken: four retries,"),
+             ("never_breaks", 0, "a shard that never breaks"), ("one_attempt", 0, "attempts=1 (no retry)")]
+    for scenario, retries, where in cases:
+        outcome = _run(ctx, scenario)
+        wait_s = outcome.options["wait_s"]
+        if not _as_expected(outcome.waits, [wait_s * 2**n for n in range(retries)]):
+            raise PartFailed(_waits_wrong(outcome.waits, wait_s, retries, where))
+    return "waits wait_s, 2 x wait_s, 4 x wait_s, ... before each retry, and never otherwise"
 
 
 def _damage_not_retried(ctx: Context) -> str:
-    data = bytearray(open(ctx.fixtures["shard"], "rb").read())
+    with open(ctx.fixtures["shard"], "rb") as f:
+        data = bytearray(f.read())
     data[1024 + 100] ^= 0xFF  # the second member's header: its checksum no longer matches
     opens = []
 
@@ -193,12 +262,12 @@ def _damage_not_retried(ctx: Context) -> str:
     waits: list[float] = []
     keys: list[str] = []
     try:
-        for sample in ctx.call(ctx.fixtures["shard"], damaged, attempts=4, wait_s=0.25, sleep=waits.append):
+        for sample in ctx.call(ctx.fixtures["shard"], damaged, attempts=5, wait_s=0.3, sleep=waits.append):
             keys.append(sample.key)
     except ShardReadError as exc:
         raise PartFailed(f"the damaged shard should raise the reader's ShardError, got {describe(exc)}") from None
     except ShardError as exc:
-        if len(opens) != 1 or waits:
+        if len(opens) != 1:
             raise PartFailed(
                 f"a damaged shard was opened {len(opens)} times (waits {waits}): damage is the same on every "
                 "attempt, retry only ShardReadError"
@@ -207,7 +276,7 @@ def _damage_not_retried(ctx: Context) -> str:
     except PartFailed:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise PartFailed(f"the damaged shard should raise ShardError, got {describe(exc)}") from None
+        raise PartFailed(f"the damaged shard should raise the reader's ShardError, got {describe(exc)}") from None
     raise PartFailed("a shard with a damaged header was read without an error")
 
 
@@ -219,18 +288,19 @@ register(
     "RawSamples (packlab.loaders.tar.iter_shard_samples), each exactly once; retries on ShardReadError only",
     _fixtures,
     [
-        ("reads_once", "a shard that never breaks: every sample once, in order, one open, no wait",
+        ("reads_once", "a shard that never breaks: every sample once, in order, one open",
          "iterate iter_shard_samples(shard, opener) and yield what it gives", _reads_once),
         ("resumes", "broken half-way once: the shard is read again and no sample is yielded twice",
          "count the samples you have yielded; on the next attempt skip that many before yielding again",
          _resumes),
-        ("several_breaks", "three breaks at different depths: still every sample exactly once",
+        ("several_breaks", "five breaks at different depths: still every sample exactly once",
          "the count of samples already yielded covers every earlier attempt, not only the last one",
          _several_breaks),
         ("gives_up", "breaks every time: after `attempts` opens, the ShardReadError reaches the caller",
-         "count the attempts; after the last one, re-raise the error instead of returning", _gives_up),
-        ("waits", "waits wait_s, 2 x wait_s, 4 x wait_s, ... before the retries, through `sleep`",
-         "call sleep(wait_s * 2 ** (failures - 1)) before each new attempt", _waits),
+         "count the attempts (the first read is one); after the last one, re-raise the error instead of returning",
+         _gives_up),
+        ("waits", "waits wait_s, 2 x wait_s, 4 x wait_s, ... before each retry, through `sleep`, and at no other time",
+         "call sleep(wait_s * 2 ** (failures - 1)) before each new attempt, not after the last failure", _waits),
         ("damage_not_retried", "a damaged shard (ShardError that is not ShardReadError) raises at once",
          "catch ShardReadError only: except ShardReadError, not except ShardError or Exception",
          _damage_not_retried),

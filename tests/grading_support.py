@@ -1,0 +1,22 @@
+"""What the tests of the exercise checks share: running a check quietly, and the parts a candidate failed."""
+
+from __future__ import annotations
+
+from packlab.course.grading import check
+
+
+class Failed(set):
+    """The names of the parts a candidate failed; its repr adds the whole report, so a failed assert shows it."""
+
+    def __init__(self, result):
+        super().__init__(part.name for part in result.parts if not part.passed)
+        self.parts = tuple(part.name for part in result.parts)
+        self.report = result.report()
+
+    def __repr__(self) -> str:
+        return f"{set(self)}\n{self.report}"
+
+
+def failed_parts(check_id: str, candidate, **options) -> Failed:
+    """Run check ``check_id`` on ``candidate`` (quietly, unrecorded) and return the parts it failed."""
+    return Failed(check(check_id, candidate, quiet=True, record=False, **options))
