@@ -111,6 +111,15 @@ def test_figures_binds_names_where_the_caller_reads_them(monkeypatch):
     assert glued == {"cited_rate": ("452", False), "cited_count": (3, False)}
 
 
+def test_figures_binds_names_without_the_book_tools(monkeypatch):
+    """An attendee's environment (make lab, no dev extra) has no myst-nb: the names are still bound."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # import myst_nb now raises ImportError
+    prose.figures(cited_without_book="17")
+    assert cited_without_book == "17"  # noqa: F821 - bound by figures() in this module's globals
+
+
 def test_listing_shows_dedented_sources_of_what_it_is_given():
     from packlab.loaders import ZipDataset
 

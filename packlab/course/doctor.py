@@ -105,6 +105,7 @@ class Facts:
     data_problems: tuple[str, ...]
     expected_count: int
     count_setting: str | None = None  # a bad PACKLAB_COUNT's message
+    wsl: bool = False  # Linux under Windows' WSL
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def check_memory(f: Facts) -> Result:
     if gib >= MIN_MEMORY_GIB:
         return Result("memory", True, f"{gib:.1f} GiB (the course needs {MIN_MEMORY_GIB:g} GiB)")
     todo = "close other programs, or use a machine with more memory; shut down each chapter's kernel when you leave it"
-    if f.platform == "linux" and "microsoft" in platform.release().lower():
+    if f.wsl:
         todo = "WSL2 gets half of Windows' memory by default: raise `memory=` in %UserProfile%\\.wslconfig, then `wsl --shutdown`"
     return Result("memory", False, f"{gib:.1f} GiB; the course needs {MIN_MEMORY_GIB:g} GiB", todo)
 
@@ -447,6 +448,7 @@ def gather(root: Path | None = None) -> Facts:
         data_problems=problems,
         expected_count=expected,
         count_setting=bad_setting,
+        wsl=sys.platform == "linux" and "microsoft" in platform.release().lower(),
     )
 
 
