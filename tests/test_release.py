@@ -35,9 +35,23 @@ def git(cwd: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory) -> Path:
+def source(tmp_path_factory) -> Path:
+    """A snapshot of this checkout's tracked files as a git repository (edits made meanwhile do not leak in)."""
+    snapshot = tmp_path_factory.mktemp("source") / "course"
+    for name in release.tracked_files(ROOT):
+        target = snapshot / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / name).read_bytes())
+    git(snapshot, "init", "-q", "-b", "main")
+    git(snapshot, "add", "-A")
+    git(snapshot, "commit", "-qm", "snapshot")
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def released(source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("release") / "course"
-    assert release.release(dest) is not None
+    assert release.release(dest, root=source) is not None
     return dest
 
 
@@ -60,12 +74,14 @@ def test_the_released_notebooks_save_unchanged(released):
     assert drift == []
 
 
-def test_a_second_release_is_a_commit_an_attendee_pulls(released, tmp_path):
+def test_a_second_release_is_a_commit_an_attendee_pulls(source, released, tmp_path):
     clone = tmp_path / "attendee"
     subprocess.run(["git", "clone", "-q", str(released), str(clone)], check=True)
-    assert release.release(released) is None, "nothing changed: no new commit"
-    (released / "intro.md").write_text((released / "intro.md").read_text() + "\nA fix on day 2.\n")
-    git(released, "commit", "-qam", "a fix on day 2")  # what a re-release of a fixed course commits
+    assert release.release(released, root=source) is None, "nothing changed: no new commit"
+    (source / "intro.md").write_text((source / "intro.md").read_text() + "\nA fix on day 2.\n")
+    git(source, "commit", "-qam", "a fix on day 2")
+    assert release.release(released, root=source) is not None
+    assert "from " in git(released, "log", "-1", "--format=%s")
     git(clone, "pull", "-q", "--ff-only")
     assert (clone / "intro.md").read_text().endswith("A fix on day 2.\n")
 

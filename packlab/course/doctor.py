@@ -357,7 +357,13 @@ def _installed(names) -> dict[str, str | None]:
 
 
 def _kernel_python() -> str | None:
-    """The Python the notebooks' ``python3`` kernel runs, as JupyterLab started from here would start it."""
+    """The Python the notebooks' ``python3`` kernel runs, as the JupyterLab attendees use would start it.
+
+    That is ``make lab``'s JupyterLab, from this environment; on a JupyterHub (where
+    ``JUPYTERHUB_USER`` is set) it is the hub's own, whose ``jupyter`` is first on PATH.
+    """
+    if os.environ.get("JUPYTERHUB_USER") and shutil.which("jupyter"):
+        return _hub_kernel_python(shutil.which("jupyter"))
     if importlib.util.find_spec("jupyter_client") is None:
         return None
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
@@ -370,6 +376,25 @@ def _kernel_python() -> str | None:
     # jupyter_client runs the server's own Python for a kernelspec that says just "python".
     if command in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
         return sys.executable
+    return command
+
+
+def _hub_kernel_python(jupyter: str) -> str | None:
+    """The Python of the ``python3`` kernel the ``jupyter`` command's server would start."""
+    import subprocess
+
+    try:
+        listed = subprocess.run([jupyter, "kernelspec", "list", "--json"], capture_output=True, text=True, timeout=60)
+        spec = json.loads(listed.stdout)["kernelspecs"]["python3"]["spec"]
+    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+        return None
+    command = spec["argv"][0]
+    if command.startswith("python"):  # the server's own Python: the one in the jupyter command's first line
+        try:
+            first = Path(jupyter).read_text(errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            return command
+        return first[2:].strip() if first.startswith("#!") else command
     return command
 
 

@@ -126,8 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default %(default)s)")
     parser.add_argument("--no-browser", action="store_true",
                         help="do not open a web browser (a remote machine: reach it through an ssh tunnel)")
+    parser.add_argument("--setup-only", action="store_true",
+                        help="install the settings and copy the exercises into mywork/, then stop (for a JupyterLab "
+                             "started otherwise: Open OnDemand, a hub)")
     args = parser.parse_args(argv)
     made = prepare()
+    if args.setup_only:
+        print(f"JupyterLab settings installed into this environment; {len(made)} exercises copied into mywork/exercises/")
+        return
     cmd = command(port=args.port, open_browser=not args.no_browser)
     print(BANNER, flush=True)
     if made:
