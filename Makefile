@@ -16,10 +16,10 @@ BOOTSTRAP_PYTHON ?= python3
 UV_PYTHON_DOWNLOADS ?= never
 export UV_PYTHON_DOWNLOADS
 # CPU-only PyTorch: `make setup TORCH_BACKEND=cpu` (on a fresh clone, or after
-# `make distclean`) installs torch and torchvision from PyTorch's own CPU index instead of
-# PyPI's Linux build with its CUDA libraries (3.6 GB the course never uses). Needs
-# download.pytorch.org to be reachable; everything else still comes from PyPI. It is uv's
-# --torch-backend, so any value uv knows works (cpu, cu126, ..., auto).
+# `make distclean`) installs torch and torchvision from PyTorch's own CPU wheel index
+# instead of PyPI's Linux build with its CUDA libraries (3.6 GB the course never uses).
+# Needs PyTorch's index to be reachable (see setup.md); everything else still comes from
+# PyPI. It is uv's --torch-backend, so any value uv knows works (cpu, cu126, ..., auto).
 TORCH_BACKEND ?=
 UV_INSTALL := $(if $(TORCH_BACKEND),UV_TORCH_BACKEND=$(TORCH_BACKEND) )"$$uv" pip install --python $(PY)
 # Notebooks converted from MyST markdown for nbval.
