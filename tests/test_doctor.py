@@ -64,6 +64,7 @@ FAILURES = {
     "no myst extension": ("JupyterLab", dict(lab_extensions={"jupyterlab-jupytext": True, "jupyterlab-myst": False}), "jupyterlab-myst"),
     "no data": ("data", dict(data_count=None), "make data"),
     "altered data": ("data", dict(data_problems=("altered (sha256 differs): /data/images/000007.jpg",)), "--force"),
+    "unverifiable data": ("data", dict(data_count=None, data_unverified=True), "make setup"),
     "other size": ("data", dict(data_count=2000), "PACKLAB_COUNT"),
     "bad count setting": ("data", dict(count_setting="PACKLAB_COUNT='lots' is not a whole number of images"), "unset PACKLAB_COUNT"),
 }

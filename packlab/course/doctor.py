@@ -106,6 +106,7 @@ class Facts:
     expected_count: int
     count_setting: str | None = None  # a bad PACKLAB_COUNT's message
     wsl: bool = False  # Linux under Windows' WSL
+    data_unverified: bool = False  # a dataset is there, but this Python cannot read it (no numpy yet)
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,9 @@ def check_jupyterlab(f: Facts) -> Result:
 def check_data(f: Facts) -> Result:
     if f.count_setting:
         return Result("data", False, f.count_setting, "unset PACKLAB_COUNT, or set it to a number such as 2000")
+    if f.data_unverified:
+        return Result("data", False, f"found under {f.data_root}, but this Python cannot verify it",
+                      "run `make setup`, then `make doctor` (it verifies every file)")
     if f.data_count is None:
         return Result("data", False, f"not generated yet under {f.data_root}",
                       "run `make data` (about half a minute on two cores; 2,000 images with PACKLAB_COUNT=2000)")
@@ -473,6 +477,7 @@ def gather(root: Path | None = None) -> Facts:
         data_problems=problems,
         expected_count=expected,
         count_setting=bad_setting,
+        data_unverified=not numpy_here and paths.manifest_path(data_root).is_file(),
         wsl=sys.platform == "linux" and "microsoft" in platform.release().lower(),
     )
 
