@@ -52,8 +52,9 @@ from packlab import paths
 MIN_PYTHON = (3, 10)
 #: Cores the course needs: the chapters compare 0, 1 and 2 DataLoader workers.
 MIN_CORES = 2
-#: Memory the course needs, in GiB (see the setup page: a kernel, two or three spawn
-#: workers that each import torch, and chapter 7's batches held in memory).
+#: Memory the course needs, in GiB. Measured: a chapter's kernel and its DataLoader
+#: workers together peaked at 1.7 GB (proportional set size) in chapters 0-5; chapter 7
+#: keeps about 1 GB of batches in memory; JupyterLab, a browser and the system need the rest.
 MIN_MEMORY_GIB = 4.0
 #: Shared memory the DataLoader workers need, in MiB: two workers with two batches of 64
 #: images in flight each (a batch of 64 standard 3x224x224 float32 images is 38.5 MB).
