@@ -127,6 +127,8 @@ def test_parts_takes_a_stage_name(monkeypatch, capsys):
     assert [part.name for part in result.parts] == ["balanced", "pure"] and result.passed
     with pytest.raises(ValueError, match="no stage 'stretch'.*'quick'"):
         grading.check("shard_split", the_solution(), parts="stretch", record=False)
+    single = grading.check("shard_split", the_solution(), parts="pure", record=False, quiet=True)
+    assert [part.name for part in single.parts] == ["pure"]
 
 
 def test_a_part_without_a_nudge_still_gets_one_from_its_description(monkeypatch):

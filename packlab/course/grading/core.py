@@ -751,6 +751,8 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
         from packlab.course.grading import teaching
 
         stage = teaching.stage_parts(exercise_id, selected)
+        if stage is None and selected in [part.name for part in exercise.parts]:
+            stage = (selected,)  # one part's name, without the brackets
         if stage is None:
             stages = ", ".join(repr(name) for name in teaching.STAGES.get(exercise_id, {})) or "none"
             raise ValueError(f"check {exercise_id!r} has no stage {selected!r} (its stages: {stages}); "
