@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from packlab import paths
-from packlab.course import doctor
+from packlab.course import doctor, footprint
 
 PINS = {"torch": "2.13.0", "torchvision": "0.28.0", "jupyterlab": "4.6.6", "jupytext": "1.19.6", "jupyterlab-myst": "2.7.0",
         "ipykernel": "7.4.0"}
@@ -100,16 +100,16 @@ def test_small_data_mode_is_named():
 
 
 def test_disk_needed_counts_only_what_is_still_to_write():
-    full = doctor.disk_needed(10_000, have_dataset_bytes=0, have_packed_bytes=0)
+    full = footprint.disk_needed(10_000, have_dataset_bytes=0, have_packed_bytes=0)
     assert 7e9 < full < 10e9, "the dataset (1.1 GB) and the packed copies (about 7.5 GB) of the full course"
-    small = doctor.disk_needed(2_000, have_dataset_bytes=0, have_packed_bytes=0)
+    small = footprint.disk_needed(2_000, have_dataset_bytes=0, have_packed_bytes=0)
     assert small < full / 4
-    assert doctor.disk_needed(10_000, have_dataset_bytes=int(1.1e9), have_packed_bytes=0) == pytest.approx(full - 1.1e9, rel=0.01)
-    assert doctor.disk_needed(10_000, have_dataset_bytes=int(1.1e9), have_packed_bytes=int(20e9)) == 0
+    assert footprint.disk_needed(10_000, have_dataset_bytes=int(1.1e9), have_packed_bytes=0) == pytest.approx(full - 1.1e9, rel=0.01)
+    assert footprint.disk_needed(10_000, have_dataset_bytes=int(1.1e9), have_packed_bytes=int(20e9)) == 0
 
 
 def test_pins_are_read_from_pyproject_extras_included():
-    pins = doctor.pinned_versions(paths.repo_root())
+    pins = footprint.pinned_versions(paths.repo_root())
     assert pins["torch"] == PINS["torch"] and "jupyter-book" in pins and "pytest" in pins
 
 
@@ -124,8 +124,8 @@ def test_the_doctor_runs_here_and_reports_every_check(tmp_path):
 
 
 def test_environment_sizes_add_up(tmp_path):
-    costs = doctor.environment_costs()
+    costs = footprint.environment_costs()
     assert sum(size for _, size, _ in costs) > 0
     labels = [label for label, _, _ in costs]
     assert any(label.startswith("book tools") for label in labels) and any(label.startswith("test tools") for label in labels)
-    assert "in all" in doctor.sizes_report(costs)
+    assert "in all" in footprint.sizes_report(costs)

