@@ -67,7 +67,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@set -e; $(find_uv); \
 	"$$uv" venv --allow-existing --python $(PYTHON) $(VENV); \
-	$(UV_INSTALL) -e .
+	$(UV_INSTALL) -e .; \
+	$(UV_INSTALL) --no-deps $$($(PY) -m packlab.course.nodeps)
 	@touch $@
 
 # The same plus the book and test tools (pyproject.toml's dev extra).

@@ -463,11 +463,14 @@ class ObjectStream:
     got, which :mod:`packlab.retry` knows to retry.
     """
 
-    def __init__(self, body, url: str, size: int | None, read_timeout: float | None = None):
+    def __init__(self, body, url: str, size: int | None, read_timeout: float | None = None, etag: str | None = None,
+                 start: int = 0):
         self._body = body
         self.url = url
-        self.size = size  # bytes the server announced (Content-Length)
+        self.size = size  # bytes the server announced (Content-Length): of this response, from ``start`` on
         self.read_timeout = read_timeout
+        self.etag = etag  # the object's version: a ranged request can insist on the same one (If-Match)
+        self.start = start  # the object's byte this response began with (a ranged GET)
         self.position = 0
 
     def read(self, size: int = -1) -> bytes:
@@ -482,8 +485,9 @@ class ObjectStream:
                 why = f"the server sent nothing for {self.read_timeout:g} s (read timeout)"
             else:
                 why = f"{type(exc).__name__}: {str(exc).rstrip('.')}"
+            at = f" from byte {self.start:,}" if self.start else ""
             raise ShardReadError(
-                f"reading shard {self.url} failed after {self.position:,}{of} bytes ({why}). Is the object store up?"
+                f"reading shard {self.url}{at} failed after {self.position:,}{of} bytes ({why}). Is the object store up?"
             ) from None
         self.position += len(chunk)
         return chunk
@@ -532,16 +536,38 @@ class S3ShardOpener:
         return self._client
 
     def __call__(self, url: str) -> ObjectStream:
+        """The whole object: one ``GET``, its body streamed."""
+        return self.open_from(url, 0)
+
+    def open_from(self, url: str, offset: int, etag: str | None = None) -> ObjectStream:
+        """The object from byte ``offset`` on: a ``GET`` with ``Range: bytes=offset-``.
+
+        With ``etag`` the request also says ``If-Match: etag``: if the object was replaced
+        since that version was read, the server refuses (HTTP 412), and so does this, with a
+        :class:`ShardError`, rather than continue one shard with the bytes of another.
+        :func:`packlab.retry.iter_shard_samples_resuming` uses it to resume a shard where
+        its last delivered sample ended.
+        """
         import botocore.exceptions
 
         bucket, key = split_s3_url(url)
+        options = {}
+        if offset:
+            options["Range"] = f"bytes={offset}-"
+        if etag:
+            options["IfMatch"] = etag
         try:
-            response = self.client.get_object(Bucket=bucket, Key=key)
+            response = self.client.get_object(Bucket=bucket, Key=key, **options)
         except botocore.exceptions.ClientError as exc:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             code = exc.response.get("Error", {}).get("Code", "?")
             if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
                 raise ShardReadError(f"cannot open shard {url}: the server answered {status} {code}.") from None
+            if status == 412 or code == "PreconditionFailed":
+                raise ShardError(
+                    f"shard {url} changed while it was being read (its ETag is no longer {etag}): a shard must not be "
+                    "rewritten while a job reads it."
+                ) from None
             raise ShardError(
                 f"cannot open shard {url}: {code} (HTTP {status}). Check the bucket and key "
                 f"(packlab.objectstore.list_objects lists them) and the credentials."
@@ -550,7 +576,8 @@ class S3ShardOpener:
             raise ShardReadError(
                 f"cannot open shard {url}: {str(exc).rstrip('.')}. Is the object store at {self.settings.endpoint} up?"
             ) from None
-        return ObjectStream(response["Body"], url, response.get("ContentLength"), self.settings.read_timeout)
+        return ObjectStream(response["Body"], url, response.get("ContentLength"), self.settings.read_timeout,
+                            etag=response.get("ETag"), start=offset)
 
 
 def register_with_webdataset(settings: S3Settings) -> None:

@@ -342,11 +342,13 @@ def plot_step_timeline(timelines: Mapping[str, Sequence[tuple[float, float]]], a
 def plot_small_file_penalty(penalty: Mapping, ax=None, caption: str | None = None):
     """Files read per second (log scale) by each layout: warm, cold and under the network model.
 
-    ``penalty`` is what :func:`packlab.course.benchmark.small_file_penalty` returns; bars come from its
+    ``penalty`` is what :func:`packlab.small_files.small_file_penalty` returns; bars come from its
     measured rates, and a black tick marks the model's prediction where there is one.
     """
-    fig, ax = _fig_ax(ax, figsize=(9, 3.8))
-    layouts = ["folder", "zip", "tar"]
+    from packlab.small_files import LAYOUTS
+
+    fig, ax = _fig_ax(ax, figsize=(10, 4.2))
+    layouts = [name for name in LAYOUTS if name in penalty["modelled_files_per_s"]]
     cold = penalty.get("cold_files_per_s") or {}
     groups = {}
     if cold:
@@ -364,13 +366,13 @@ def plot_small_file_penalty(penalty: Mapping, ax=None, caption: str | None = Non
     model_x = x + (len(groups) - 1 - (len(groups) - 1) / 2) * width
     for position, name in zip(model_x, layouts):
         if name in predicted:
-            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2,
-                    label="model's prediction (waiting only)" if name == "folder" else None)
+            ax.plot([position - width / 2, position + width / 2], [predicted[name]] * 2, color="black", linewidth=2, marker="",
+                    label="model's prediction (waiting only)" if name == layouts[0] else None)
     ax.set_yscale("log")
-    ax.set_xticks(x, ["JPEG folder\n(one file per image)", "zip\n(one archive)", "tar shards\n(sequential)"])
+    ax.set_xticks(x, [LAYOUTS[name].replace(", ", ",\n") for name in layouts])
     ax.set_ylabel("files read per second (log scale)")
     ax.set_title(f"Reading without decoding, {penalty['workers']} workers", fontsize=FONT_SIZE + 1)
-    ax.margins(y=0.25)
+    ax.margins(y=0.3)
     ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: bars fill the axes
     return _finish(fig, caption)
 
@@ -480,3 +482,28 @@ def _fig_ax(ax, figsize):
         fig, ax = plt.subplots(figsize=figsize)
         return fig, ax
     return ax.figure, ax
+
+
+def plot_worker_memory(series: Mapping[str, Sequence[Mapping]], ax=None, title: str | None = None,
+                       caption: str | None = None):
+    """Each worker's unique memory (USS) growth over one epoch, one line per (index storage, worker).
+
+    ``series`` maps a label (how the index is kept) to the records of
+    :func:`packlab.memory.measure_worker_memory`. Workers of one storage share a colour and
+    marker; the first worker's line is solid, the others dashed.
+    """
+    fig, ax = _fig_ax(ax, (6.5, 3.8))
+    for number, (label, records) in enumerate(series.items()):
+        colour, marker = PALETTE[number % len(PALETTE)], MARKERS[number % len(MARKERS)]
+        workers = sorted({r["worker"] for r in records})
+        for worker in workers:
+            mine = [r for r in records if r["worker"] == worker]
+            ax.plot([100 * r["fraction"] for r in mine], [r["uss_growth"] / 1e6 for r in mine], color=colour,
+                    marker=marker, markevery=max(1, len(mine) // 6), linestyle="-" if worker == workers[0] else "--",
+                    label=f"{label}, worker {worker}")
+    ax.set_xlabel("epoch done, % of samples (all workers)")
+    ax.set_ylabel("unique memory gained, MB")
+    ax.set_title(title or "Worker memory over one epoch (fork workers)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=SMALL, loc="center right")
+    return _finish(fig, caption)

@@ -3,28 +3,33 @@
 A local disk either has a file or not. An object store or a web server can stop
 answering in the middle of a shard: the server restarts, a connection is reset, a read
 times out. For a training run of hours that is a normal event, and the right reaction is
-to wait a little and try again. For a stream of samples the question is *what* to try
-again:
+to wait a little and try again. For a stream of samples the question is *where* to start
+again, and the answer must keep "exactly once per epoch": the first part of the shard
+has already gone downstream (into the shuffle buffer, or out in a batch).
 
-* **bytes** (an HTTP range request from the byte where the connection broke) needs a
-  reader that can pick up a tar stream in the middle of a member;
-* **the shard, from its start** needs only a new GET of the same object, and works with
-  every opener. But the first part of the shard has already gone downstream (into the
-  shuffle buffer, or out in a batch). Delivering it again would break "exactly once per
-  epoch"; so the retry *re-reads and drops* the samples this shard already delivered,
-  and checks on the way that they are the same keys in the same order.
+* **Where the last delivered sample ended.** Reading counts the shard's bytes, so after
+  each sample the reader knows the byte at which the next sample's tar headers begin: a
+  place where a tar stream can start. An opener that can open a shard from a byte offset
+  (:meth:`packlab.objectstore.S3ShardOpener.open_from`, an HTTP ``Range: bytes=N-``
+  request; :class:`LocalRangeOpener` for files) resumes there, and the retry costs at
+  most the part of one sample that had arrived: a 1–10 GB shard is not read again from
+  its start. The request names the object's version (its ETag, ``If-Match``), so a shard
+  replaced in between fails instead of being spliced.
+* **The shard, from its start**, with any other opener: a new request for the whole
+  shard, whose first samples are read again and *dropped*, checking on the way that they
+  are the same keys in the same order.
 
-This module does the second, at shard granularity (:func:`iter_shard_samples_resuming`).
-Only failures of the *transport* are retried, :class:`ShardReadError`: a shard that is
-damaged (a bad checksum, a missing file) fails the same way on every attempt and is
-reported at once. The waits between attempts grow (:class:`RetryPolicy`), and when the
-attempts are used up the error names the shard, how many attempts were made over how
-long, and how far the shard got.
+:func:`iter_shard_samples_resuming` does both, at sample granularity. Only failures of the
+*transport* are retried, :class:`ShardReadError`: a shard that is damaged (a bad
+checksum, a missing file) fails the same way on every attempt and is reported at once.
+The waits between attempts grow (:class:`RetryPolicy`), and when the attempts are used
+up the error names the shard, how many attempts were made over how long, and how far the
+shard got.
 
 :class:`RetryingTarShardDataset` is :class:`~packlab.loaders.tar.TarShardDataset` reading
 every shard this way; ``dataset.retries`` counts the retries of all its DataLoader
-workers (a shared-memory counter, as ``dataset.skipped`` in
-:mod:`packlab.loaders.skipping`).
+workers and ``dataset.bytes_not_reread`` the bytes that resuming saved (shared-memory
+counters, as ``dataset.skipped`` in :mod:`packlab.loaders.skipping`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import BinaryIO
 import torch
 from torch.utils.data import get_worker_info
 
-from packlab.loaders.tar import RawSample, ShardError, TarShardDataset, iter_shard_samples, open_shard
+from packlab.loaders.tar import RawSample, ShardError, TarShardDataset, group_samples, iter_tar_members, open_shard
 
 #: How many DataLoader workers a retry counter has rows for.
 MAX_WORKERS = 64
@@ -89,30 +94,100 @@ class RetryPolicy:
         return sum(self.wait_before(n) for n in range(1, self.attempts))
 
 
+class LocalRangeOpener:
+    """An ``opener=`` for local shard files that can also open one from a byte offset (``open_from``).
+
+    What :meth:`packlab.objectstore.S3ShardOpener.open_from` does with a ranged ``GET``,
+    done with a ``seek``: for tests, and for shards on a filesystem that can fail
+    part-way (a network mount).
+    """
+
+    def __call__(self, name: str) -> BinaryIO:
+        return open_shard(name)
+
+    def open_from(self, name: str, offset: int, etag: str | None = None) -> BinaryIO:
+        stream = open_shard(name)
+        stream.seek(offset)
+        return stream
+
+
+class _CountedStream:
+    """A stream that counts the bytes read from it (the tar reader only reads and closes)."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.count = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.stream.read(size)
+        self.count += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def samples_with_resume_points(stream: BinaryIO, shard: str, start: int = 0) -> Iterator[tuple[RawSample, int | None]]:
+    """``(sample, byte where the next sample begins)`` for each sample of a tar stream that begins at byte ``start``.
+
+    The second value is a place where a tar stream can start again (the first header of
+    the next sample's members, long-name and pax headers included), counted from the
+    shard's first byte; ``None`` after the last sample. :func:`group_samples` knows a
+    sample is complete when it has read the first member of the next one, so the offset
+    recorded for that member is exactly the next sample's start.
+    """
+    counted = _CountedStream(stream)
+    begins = [start]  # where the member group_samples read last begins
+    finished = []
+
+    def members():
+        begin = start
+        for name, payload in iter_tar_members(counted, shard):
+            begins.append(begin)
+            begin = start + counted.count  # this member ends here, the next one's headers begin here
+            yield name, payload
+        finished.append(True)
+
+    for sample in group_samples(members(), shard):
+        yield sample, None if finished else begins[-1]
+
+
 def iter_shard_samples_resuming(
     shard: str,
     opener: Callable[[str], BinaryIO] = open_shard,
     policy: RetryPolicy = RetryPolicy(),
-    on_retry: Callable[[str, BaseException, int, float], None] | None = None,
+    on_retry: Callable[..., None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[RawSample]:
-    """The samples of one shard, each exactly once, reading the shard again if the transport fails.
+    """The samples of one shard, each exactly once, opening the shard again if the transport fails.
 
-    Keeps the keys this shard has delivered so far. When reading fails with one of
-    ``policy.retry_on`` after *k* samples, it waits, opens the shard again from its start,
-    drops the first *k* samples it reads again (checking they are the same keys, in the
-    same order: the shard must not have changed in between) and goes on with sample
-    *k + 1*. Any other error, and the last failed attempt, raise. ``on_retry(shard, error,
-    delivered, wait_s)`` is called before each wait (for counting or logging).
+    After each delivered sample it remembers the byte where the next one begins. When
+    reading fails with one of ``policy.retry_on``, it waits, then, if ``opener`` has an
+    ``open_from(shard, offset, etag)`` method (S3, :class:`LocalRangeOpener`), resumes at
+    that byte; otherwise it opens the shard again from its start and drops the samples it
+    delivered already (checking they are the same keys, in the same order: the shard must
+    not have changed in between). Compressed shards always start again from the start.
+    Any other error, and the last failed attempt, raise. ``on_retry(shard, error,
+    delivered, wait_s, resume_at)`` is called before each wait (for counting or logging;
+    ``resume_at`` is the byte the next attempt starts from).
     """
     delivered: list[str] = []  # keys of this shard already yielded, in order
+    seen: set[str] = set()
+    resume_at = 0  # the byte where the first sample not yet delivered begins
+    etag = None  # the object's version, from the first response that named one
+    ranged = hasattr(opener, "open_from") and not shard.endswith((".gz", ".tgz"))
     failures = 0
     waited = 0.0
     while True:
+        from_middle = ranged and resume_at > 0
         position = 0  # samples read in this attempt
+        to_drop = 0 if from_middle else len(delivered)
+        stream = None
         try:
-            for sample in iter_shard_samples(shard, opener):
-                if position < len(delivered):
+            stream = opener.open_from(shard, resume_at, etag) if from_middle else opener(shard)
+            etag = etag or getattr(stream, "etag", None)
+            for sample, next_begins in samples_with_resume_points(stream, shard, resume_at if from_middle else 0):
+                if position < to_drop:
                     if sample.key != delivered[position]:
                         raise ShardError(
                             f"shard {shard} changed between two attempts: sample {position} was {delivered[position]} "
@@ -120,9 +195,19 @@ def iter_shard_samples_resuming(
                         )
                     position += 1
                     continue  # delivered before the failure: drop it
+                if sample.key in seen:
+                    raise ShardError(
+                        f"shard {shard} resumed at byte {resume_at:,} delivered {sample.key} a second time: the shard "
+                        "changed between two attempts. A shard must not be rewritten while a job reads it."
+                    )
                 delivered.append(sample.key)
+                seen.add(sample.key)
                 position += 1
+                if next_begins is not None:
+                    resume_at = next_begins
                 yield sample
+            if not delivered:
+                raise ShardError(f"shard {shard} holds no samples (no .jpg + .cls pairs)")
             return
         except policy.retry_on as exc:
             failures += 1
@@ -134,24 +219,36 @@ def iter_shard_samples_resuming(
                 ) from None
             wait = policy.wait_before(failures)
             if on_retry is not None:
-                on_retry(shard, exc, len(delivered), wait)
+                on_retry(shard, exc, len(delivered), wait, resume_at if ranged else 0)
             sleep(wait)
             waited += wait
+        finally:
+            if stream is not None:
+                stream.close()
 
 
 class RetryCounter:
-    """Retries counted over the main process and every DataLoader worker (shared memory, one row each)."""
+    """Retries, and the bytes resuming did not read again, over the main process and every DataLoader worker.
+
+    Shared memory, one row per process (row 0 the main process, row ``1 + i`` worker ``i``).
+    """
 
     def __init__(self, max_workers: int = MAX_WORKERS):
-        self._counts = torch.zeros(max_workers + 1, dtype=torch.int64).share_memory_()
+        self._counts = torch.zeros(max_workers + 1, 2, dtype=torch.int64).share_memory_()
 
-    def add(self) -> None:
+    def add(self, bytes_not_reread: int = 0) -> None:
         info = get_worker_info()
-        self._counts[0 if info is None else min(info.id + 1, len(self._counts) - 1)] += 1
+        row = self._counts[0 if info is None else min(info.id + 1, len(self._counts) - 1)]
+        row[0] += 1
+        row[1] += bytes_not_reread
 
     @property
     def total(self) -> int:
-        return int(self._counts.sum())
+        return int(self._counts[:, 0].sum())
+
+    @property
+    def bytes_not_reread(self) -> int:
+        return int(self._counts[:, 1].sum())
 
     def reset(self) -> None:
         self._counts.zero_()
@@ -162,7 +259,8 @@ class RetryingTarShardDataset(TarShardDataset):
 
     Takes every argument of ``TarShardDataset`` and ``retry=RetryPolicy(...)``. Each shard
     is read with :func:`iter_shard_samples_resuming`: a connection lost part-way through a
-    shard costs a wait and a second read of that shard, never a lost or repeated sample.
+    shard costs a wait and a new request (from where the last delivered sample ended, when
+    the opener can open from an offset), never a lost or repeated sample.
     Each retry is announced with a :class:`ShardRetryWarning` and counted in
     :attr:`retries`. Skip mode (``on_bad_sample="skip"``) reads as ``TarShardDataset``
     does, without retries: a transport error there would be taken for a damaged shard.
@@ -180,15 +278,16 @@ class RetryingTarShardDataset(TarShardDataset):
         """Shard retries so far, in the main process and every DataLoader worker."""
         return self.retry_counter.total
 
-    def _count_retry(self, shard: str, error: BaseException, delivered: int, wait: float) -> None:
-        self.retry_counter.add()
-        warnings.warn(
-            ShardRetryWarning(
-                f"{error} -- retrying shard {shard} from its start in {wait:.0f} s; "
-                f"its first {delivered} samples were delivered already and will be skipped."
-            ),
-            stacklevel=2,
-        )
+    @property
+    def bytes_not_reread(self) -> int:
+        """Bytes the retries did not have to read again, because they resumed where a sample ended."""
+        return self.retry_counter.bytes_not_reread
+
+    def _count_retry(self, shard: str, error: BaseException, delivered: int, wait: float, resume_at: int) -> None:
+        self.retry_counter.add(resume_at)
+        where = (f"from byte {resume_at:,}, after its {delivered} delivered samples" if resume_at else
+                 f"from its start; its first {delivered} samples were delivered already and will be skipped")
+        warnings.warn(ShardRetryWarning(f"{error} -- retrying shard {shard} in {wait:.0f} s, {where}."), stacklevel=2)
 
     def _shard_samples(self, shard: str) -> Iterator[RawSample]:
         return iter_shard_samples_resuming(shard, self.opener, self.retry, on_retry=self._count_retry)

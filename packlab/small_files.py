@@ -1,8 +1,10 @@
 """The small-file penalty: a JPEG folder, a zip and tar shards read from slow storage.
 
 Chapter 7 and ``make bench`` measure it with :func:`small_file_penalty`: the same samples
-in three layouts, read without decoding, once cold from this machine's disk and once
-through :class:`packlab.storage.NetworkFSModel`, beside what the model predicts.
+in three layouts, the zip through two readers (``zipfile``'s, which asks for a member's
+header and then its data, and positional reads from the central directory's offsets,
+one request per member), read without decoding, once cold from this machine's disk and
+once through :class:`packlab.storage.NetworkFSModel`, beside what the model predicts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import torch
 
 from packlab.bench import time_loader
 
+#: The layouts :func:`small_file_penalty` reads, as its result names them, and how a reader would.
+LAYOUTS = {"folder": "JPEG folder", "zip": "zip, ZipFile", "zip_pread": "zip, pread", "tar": "tar shards"}
+
 
 def small_file_penalty(
     root=None,
@@ -23,6 +28,7 @@ def small_file_penalty(
     folder_files: int = 2000,
     shards: int | None = None,
     cold_level: str | None = None,
+    shard_samples: int | None = None,
 ) -> dict:
     """Reading speed (files/s, no decode) of a JPEG folder, a zip and tar shards on slow storage.
 
@@ -36,22 +42,27 @@ def small_file_penalty(
     folder reads only its first ``folder_files`` files under the model (it is slow there;
     the rate is what counts). ``shards`` reads only the first that many tar shards, and the
     folder and the zip only the samples those hold, so a chapter can repeat the whole
-    measurement in less time. Returns measured rates, the model's parameters and its prediction.
+    measurement in less time; ``shard_samples`` writes (once) and reads ``shards`` shards of
+    that many samples, from the start of the manifest, instead of the course's shards of
+    1,000. Returns measured rates, the model's parameters and its prediction.
     """
     from torch.utils.data import DataLoader
 
     from packlab import data, pack, storage
-    from packlab.loaders import JpegFolderDataset, TarShardDataset, ZipDataset
+    from packlab.loaders import JpegFolderDataset, PreadZipDataset, TarShardDataset, ZipDataset
     from packlab.loaders.tar import skip_decode
 
     workers = data.available_cores() if workers is None else workers
     model = model or storage.NetworkFSModel()
     manifest = data.load_manifest(root)
-    all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), workers),
-                                                           root=root, progress=False)]
+    if shard_samples is None:
+        all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), workers),
+                                                               root=root, progress=False)]
+    else:
+        all_shards = _small_shards(manifest[: (shards or 1) * shard_samples], shard_samples, root)
     zip_path = pack.ensure_zip(root=root, progress=False)
     shards = all_shards if shards is None else all_shards[:shards]
-    if len(shards) < len(all_shards):  # the same samples in every layout: those of the shards read
+    if len(shards) < len(all_shards) or shard_samples is not None:  # every layout reads the shards' samples
         held = _keys_in_shards(shards)
         manifest = [s for s in manifest if s.key in held]
 
@@ -70,21 +81,25 @@ def small_file_penalty(
     all_keys = [s.key for s in manifest]
     some_keys = all_keys[:folder_files]
 
-    # Cold: make the files cold, read once (every file), and compare with the same read warm.
+    # Cold: drop the caches, read every layout once (each from its own files, so each is cold), then the
+    # same reads again, warm. The two zip readers read the same file, so the second one gets a drop of its own.
     level = cold_level if cold_level is not None else (storage.cold_levels() or [None])[-1]
     out["cold_level"] = level
     if level is not None:
         images = [data.image_path(k, root) for k in all_keys]
+        readers = {
+            "folder": (images, lambda: folder(all_keys)),
+            "zip": ([zip_path], lambda: ZipDataset(zip_path, keys=all_keys, transform=skip_decode)),
+            "tar": (shards, lambda: TarShardDataset(shards, transform=skip_decode)),
+            "zip_pread": ([zip_path], lambda: PreadZipDataset(zip_path, keys=all_keys, transform=skip_decode)),
+        }
         cold = {}
-        storage.make_cold(images, level)
-        cold["folder_cold"] = rate(folder(all_keys))
-        cold["folder_warm"] = rate(folder(all_keys))
-        storage.make_cold([zip_path], level)
-        cold["zip_cold"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
-        cold["zip_warm"] = rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode))
-        storage.make_cold(shards, level)
-        cold["tar_cold"] = rate(TarShardDataset(shards, transform=skip_decode))
-        cold["tar_warm"] = rate(TarShardDataset(shards, transform=skip_decode))
+        for group in (("folder", "zip", "tar"), ("zip_pread",)):
+            storage.make_cold([f for name in group for f in readers[name][0]], level)
+            for name in group:
+                cold[f"{name}_cold"] = rate(readers[name][1]())
+            for name in group:
+                cold[f"{name}_warm"] = rate(readers[name][1]())
         out["cold_files_per_s"] = cold
     else:
         out["cold_files_per_s"] = None
@@ -92,6 +107,7 @@ def small_file_penalty(
     modelled = {
         "folder": rate(folder(some_keys, opener=model.open)),
         "zip": rate(ZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
+        "zip_pread": rate(PreadZipDataset(zip_path, keys=all_keys, transform=skip_decode, opener=model.open)),
         "tar": rate(TarShardDataset(shards, transform=skip_decode, opener=model.open)),
     }
     out["modelled_files_per_s"] = modelled
@@ -101,6 +117,21 @@ def small_file_penalty(
         layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
     }
     return out
+
+
+def _small_shards(samples, shard_samples: int, root) -> list[str]:
+    """Shards of ``shard_samples`` holding ``samples``, written once into their own folder and then reused."""
+    import shutil
+
+    from packlab import pack, paths
+
+    folder = paths.packed_dir(root) / f"penalty-{len(samples)}-in-shards-of-{shard_samples}"
+    expected = -(-len(samples) // shard_samples)
+    found = sorted(folder.glob("shard-*.tar"))
+    if len(found) != expected:  # not written yet, or cut short
+        shutil.rmtree(folder, ignore_errors=True)
+        found = pack.write_tar_shards(folder, samples=samples, maxcount=shard_samples, root=root, progress=False)
+    return [str(p) for p in found]
 
 
 def _keys_in_shards(shards: Sequence[str]) -> set[str]:

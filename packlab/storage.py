@@ -47,7 +47,9 @@ measurement; its parameters are stated, and you can set your own (see
 
 The model treats every loader the same way, because every loader reads through the
 ``opener`` it is given; only the pattern differs. A folder of JPEGs costs one open and
-one request per image; a tar shard one open per shard and one request per MiB.
+one request per image; a tar shard one open per shard and one request per MiB; a zip
+member read through ``zipfile`` two requests (header, then data) and one read with
+``pread`` from the central directory's offsets one (:func:`predict_reading`).
 
 **Positional reads.** :func:`read_at` reads a byte range at an offset without using or
 moving the file's offset (``os.pread``; a modelled file charges its delays for it), for
@@ -151,6 +153,47 @@ def make_cold(files: Iterable[Path | str], level: str = DATA_PAGES) -> None:
         raise ValueError(f"level must be one of {list(COLD_LEVELS)}, got {level!r}")
 
 
+def resident_fraction(files: Iterable[Path | str]) -> float:
+    """The share of ``files``' pages that are in the page cache now (0 to 1), as ``fincore`` reports it.
+
+    Asks the kernel with ``mincore`` on a read-only mapping of each file: mapping a file
+    reads nothing, and ``mincore`` only reports, so looking does not warm anything.
+    Shows whether :func:`make_cold` worked: a file that another process keeps mapped (an
+    open LMDB environment, say) keeps its pages whatever is dropped. Linux only.
+    """
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = mmap.PAGESIZE
+    resident = pages = 0
+    for path in files:
+        size = os.path.getsize(path)
+        if size == 0:
+            continue
+        count = -(-size // page)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if address in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), f"cannot map {path} to ask which of its pages are cached")
+            try:
+                vector = (ctypes.c_ubyte * count)()
+                if libc.mincore(address, size, vector) != 0:
+                    raise OSError(ctypes.get_errno(), f"mincore failed on {path}")
+                resident += sum(v & 1 for v in vector)
+                pages += count
+            finally:
+                libc.munmap(address, size)
+        finally:
+            os.close(fd)
+    return resident / pages if pages else 0.0
+
+
 def cold_read_seconds(read: Callable[[], object], files: Sequence[Path | str], level: str = DATA_PAGES) -> float:
     """Seconds one call of ``read()`` takes right after :func:`make_cold` (``files``, ``level``).
 
@@ -167,6 +210,45 @@ def cold_read_seconds(read: Callable[[], object], files: Sequence[Path | str], l
 # ----------------------------------------------------------- network filesystem model
 
 
+class SharedLink:
+    """One network link whose bandwidth every reader shares, in this process and in its DataLoader workers.
+
+    Each transfer books the link for ``nbytes / bandwidth`` seconds after whatever is
+    already booked, and waits until its booking ends: two readers that transfer at once
+    each get half the bandwidth, as clients behind one node's link do. The booking lives
+    in shared memory (a one-number tensor, inherited by ``fork`` workers and sent as a
+    handle to ``spawn`` ones) and is changed under a lock on a small file, so every
+    process sees the same link.
+    """
+
+    def __init__(self):
+        import tempfile
+        import weakref
+
+        import torch
+
+        self._booked_until = torch.zeros(1, dtype=torch.float64).share_memory_()  # time.monotonic() seconds
+        handle, self._lock_path = tempfile.mkstemp(prefix="packlab-link-", suffix=".lock")
+        os.close(handle)
+        weakref.finalize(self, _remove_if_mine, self._lock_path, os.getpid())
+
+    def transfer(self, seconds: float) -> None:
+        """Wait for ``seconds`` of this link's time, after the transfers booked before it."""
+        import fcntl
+
+        with open(self._lock_path, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            now = time.monotonic()  # one clock for every process of the machine
+            end = max(now, float(self._booked_until[0])) + seconds
+            self._booked_until[0] = end
+        time.sleep(max(0.0, end - now))
+
+
+def _remove_if_mine(path: str, pid: int) -> None:
+    if os.getpid() == pid:
+        Path(path).unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class NetworkFSModel:
     """Per-open and per-request delays of a shared network filesystem (see the module docstring).
@@ -174,6 +256,12 @@ class NetworkFSModel:
     ``model.open(path)`` is an ``opener``: it returns a readable, seekable binary file
     whose ``open`` and read requests wait as the model says. Pass it to a loader's
     ``opener=`` argument.
+
+    By default ``bandwidth`` is every reader's own: two DataLoader workers each transfer
+    at the full rate at once, as if each had a link of its own. ``shared_link=True`` gives
+    all readers of the model one :class:`SharedLink` instead, as a node's clients share
+    the node's link or their share of a busy filesystem: then two workers reading at once
+    each get half.
     """
 
     open_s: float = 0.002
@@ -181,11 +269,24 @@ class NetworkFSModel:
     bandwidth: float = 500e6  # bytes per second
     min_request: int = 64 * 1024
     max_request: int = 1024 * 1024
+    shared_link: bool = False
+
+    def __post_init__(self):
+        if self.shared_link:  # not a field: asdict() and comparisons leave it out
+            object.__setattr__(self, "_link", SharedLink())
 
     def request_seconds(self, nbytes: int) -> float:
-        """Modelled wait for reading ``nbytes`` in one call: round trips plus transfer time."""
+        """Modelled wait for reading ``nbytes`` in one call: round trips plus transfer time (link to itself)."""
         requests = max(1, -(-nbytes // self.max_request))
         return requests * self.request_s + nbytes / self.bandwidth
+
+    def wait_for_request(self, nbytes: int) -> None:
+        """Wait as one request of ``nbytes`` would: its round trips, then its transfer (on the shared link if any)."""
+        if not self.shared_link:
+            time.sleep(self.request_seconds(nbytes))
+            return
+        time.sleep(max(1, -(-nbytes // self.max_request)) * self.request_s)
+        self._link.transfer(nbytes / self.bandwidth)
 
     def open(self, path: str | Path) -> BinaryIO:
         """Open ``path`` for reading, paying the modelled open latency now and the request latency per read."""
@@ -195,9 +296,10 @@ class NetworkFSModel:
     __call__ = open
 
     def describe(self) -> str:
+        link = "shared by all readers" if self.shared_link else "for each reader"
         return (
             f"{self.open_s * 1e3:g} ms per open, {self.request_s * 1e3:g} ms per read request "
-            f"({self.min_request // 1024}-{self.max_request // 1024} KiB), {self.bandwidth / 1e6:g} MB/s"
+            f"({self.min_request // 1024}-{self.max_request // 1024} KiB), {self.bandwidth / 1e6:g} MB/s {link}"
         )
 
     def predict_seconds(self, files: int, requests: int, nbytes: int) -> float:
@@ -205,20 +307,45 @@ class NetworkFSModel:
         return files * self.open_s + requests * self.request_s + nbytes / self.bandwidth
 
 
+def zip_member_fetches(model: NetworkFSModel, member_bytes: float, header_bytes: int = 30 + 30) -> list[int]:
+    """Bytes of each request the model's read-ahead makes for one member read through ``zipfile.ZipFile``.
+
+    ``ZipFile.open`` seeks to the member's local header and reads it (30 bytes, then the
+    name): a jump, so a fresh request of ``min_request`` bytes. ``read()`` then asks for the
+    whole member; whatever the first window did not hold comes in a second, sequential
+    request, which the read-ahead makes at least twice the first (``2 * min_request``). So a
+    member larger than one window costs two requests and more bytes than it holds.
+    ``header_bytes`` is the header and a short name.
+    """
+    first = model.min_request
+    rest = header_bytes + member_bytes - first
+    return [first] if rest <= 0 else [first, max(min(2 * first, model.max_request), int(rest))]
+
+
 def predict_reading(model: NetworkFSModel, file_sizes: Sequence[int], shard_sizes: Sequence[int]) -> dict:
     """The model's arithmetic for *one* reader, counting only the waiting (the CPU's share comes on top).
 
     ``file_sizes`` are the bytes of each sample file, ``shard_sizes`` those of each tar shard
-    holding the same samples. A folder pays one open and one request per file; a zip read in
-    shuffled order no open, but one fresh read-ahead request per member (each read is a jump);
-    tar shards one open per shard and one request per ``max_request`` bytes.
+    holding the same samples. Per layout and reader, in shuffled order where a layout has
+    random access:
+
+    * a folder pays one open and one request per file;
+    * a zip read through ``zipfile.ZipFile`` (:class:`~packlab.loaders.ZipDataset`) no open,
+      but for every member the requests of :func:`zip_member_fetches`: the header and the
+      start of the data in one, the rest in a second, larger one;
+    * a zip read with positional reads from its central directory's offsets
+      (:class:`~packlab.loaders.PreadZipDataset`) one request per member, for exactly the
+      member's bytes (at least ``min_request``);
+    * tar shards one open per shard and one request per ``max_request`` bytes.
     """
     images = len(file_sizes)
     mean_bytes = sum(file_sizes) / images
     tar_requests = sum(-(-size // model.max_request) for size in shard_sizes)
     tar_bytes = sum(shard_sizes)
-    per_file_s = model.predict_seconds(1, 1, mean_bytes)
-    per_member_s = model.predict_seconds(0, 1, max(model.min_request, mean_bytes))
+    per_file_s = sum(model.predict_seconds(1, 1, size) for size in file_sizes) / images
+    zipfile_fetches = [zip_member_fetches(model, size) for size in file_sizes]
+    per_zipfile_member_s = sum(model.predict_seconds(0, len(f), sum(f)) for f in zipfile_fetches) / images
+    per_pread_member_s = sum(model.predict_seconds(0, 1, max(model.min_request, size)) for size in file_sizes) / images
     all_shards_s = model.predict_seconds(len(shard_sizes), tar_requests, tar_bytes)
     return {
         "images": images,
@@ -227,9 +354,13 @@ def predict_reading(model: NetworkFSModel, file_sizes: Sequence[int], shard_size
         "tar_requests": tar_requests,
         "tar_bytes": tar_bytes,
         "folder_s_per_file": per_file_s,
-        "zip_s_per_member": per_member_s,
+        "zip_requests_per_member": sum(len(f) for f in zipfile_fetches) / images,
+        "zip_bytes_per_member": sum(sum(f) for f in zipfile_fetches) / images,
+        "zip_s_per_member": per_zipfile_member_s,
+        "zip_pread_s_per_member": per_pread_member_s,
         "tar_s_all_shards": all_shards_s,
-        "files_per_s": {"folder": 1 / per_file_s, "zip": 1 / per_member_s, "tar": images / all_shards_s},
+        "files_per_s": {"folder": 1 / per_file_s, "zip": 1 / per_zipfile_member_s,
+                        "zip_pread": 1 / per_pread_member_s, "tar": images / all_shards_s},
     }
 
 
@@ -281,6 +412,8 @@ class _DelayedFile(io.RawIOBase):
         self._window_start = 0
         self._position = 0
         self._request = model.min_request
+        self.requests = 0  # requests made to "the server" so far, and their bytes: what the model charged for
+        self.bytes_fetched = 0
 
     def readable(self) -> bool:
         return True
@@ -301,9 +434,15 @@ class _DelayedFile(io.RawIOBase):
         data = self._raw.read(size)
         if not data:
             return False
-        time.sleep(self._model.request_seconds(len(data)))
+        self._charge(len(data))
         self._window, self._window_start = data, self._position
         return True
+
+    def _charge(self, nbytes: int) -> None:
+        """Wait as the model says for one request of ``nbytes``, and count it."""
+        self.requests += 1
+        self.bytes_fetched += nbytes
+        self._model.wait_for_request(nbytes)
 
     def pread(self, size: int, offset: int) -> bytes:
         """``size`` bytes from ``offset`` with ``os.pread``: neither this file's position nor the shared offset moves.
@@ -316,7 +455,7 @@ class _DelayedFile(io.RawIOBase):
             return self._window[start : start + size]
         data = _pread_fully(self._raw.fileno(), offset, max(self._request_size(offset), size))
         if data:
-            time.sleep(self._model.request_seconds(len(data)))
+            self._charge(len(data))
             self._window, self._window_start = data, offset
         return data[:size]
 

@@ -275,6 +275,10 @@ def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its
     assert penalty["cold_level"] == storage.DATA_PAGES
     shards = sorted((small_root / "packed" / "shards").glob("shard-*.tar"))
     assert penalty["images"] == count_samples(shards[0]) < len(data.load_manifest(small_root))
-    assert set(penalty["cold_files_per_s"]) == {f"{layout}_{state}" for layout in ("folder", "zip", "tar")
+    assert set(penalty["cold_files_per_s"]) == {f"{layout}_{state}" for layout in small_files.LAYOUTS
                                                 for state in ("cold", "warm")}
+    assert set(penalty["modelled_files_per_s"]) == set(penalty["predicted_files_per_s"]) == set(small_files.LAYOUTS)
+    smaller = small_files.small_file_penalty(small_root, model=model, workers=0, folder_files=10, shards=2,
+                                             shard_samples=5, cold_level=storage.DATA_PAGES)
+    assert smaller["images"] == 10  # two shards of five, and the folder and the zip read the same ten samples
     assert all(rate > 0 for rate in penalty["modelled_files_per_s"].values())

@@ -108,3 +108,20 @@ def test_torchvision_imports_and_its_operators_are_registered():
     keep = torchvision.ops.nms(boxes, scores, iou_threshold=0.5)
     assert keep.tolist() == [0, 2]
     from torchvision.io import decode_jpeg  # noqa: F401  (the image extension loads)
+
+
+def test_packages_installed_without_dependencies_are_pinned_everywhere_and_installed():
+    """pyproject's [tool.packlab] no-deps: exact pins, named in environment.yml's instructions, installed at that version."""
+    from packlab.course.nodeps import no_deps_pins
+
+    pins = no_deps_pins()
+    assert pins, "no [tool.packlab] no-deps list in pyproject.toml"
+    text = (paths.repo_root() / "environment.yml").read_text()
+    listed = re.findall(r"^#\s+pip install --no-deps (.+)$", text, flags=re.M)
+    assert listed and sorted(listed[0].split()) == sorted(pins), (
+        f"environment.yml must say `pip install --no-deps {' '.join(pins)}`; it says {listed}")
+    for pin in pins:
+        name, _, pinned = pin.partition("==")
+        assert pinned, f"{pin!r} is not pinned as name==version"
+        assert name.lower() not in _pyproject_pins(), f"{name} is both a dependency and a no-deps package"
+        assert version(name) == pinned, f"{name}: installed {version(name)}, pinned {pinned} (run make setup)"

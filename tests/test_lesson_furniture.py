@@ -99,6 +99,10 @@ def figures(tmp_path_factory):
                                           ("one zip", "JPEG: decode + resize"): Spread.of([305, 300, 315]),
                                           ("one zip", "raw pixels: no decode"): Spread.of([1300, 1250, 1350])},
                                    title="a title"),
+        "plot_worker_memory": dict(series={
+            "a list of keys": [{"worker": w, "fraction": f, "uss_growth": 1e6 * (w + 1) * f} for w in (0, 1) for f in (0.1, 0.5, 1.0)],
+            "a numpy array": [{"worker": w, "fraction": f, "uss_growth": 1e5 * f} for w in (0, 1) for f in (0.1, 0.5, 1.0)],
+        }),
         "plot_shared_offset_race": dict(steps=[("parent", "seek to A", 1_000_000), ("child", "seek to B", 6_000_000),
                                                ("parent", "read 'A': gets B", 6_110_000)],
                                         targets={"member A": 1_000_000, "member B": 6_000_000}),

@@ -26,10 +26,12 @@ from packlab.bench import run_until_error
 from packlab.loaders.tar import ShardError, TarShardDataset, iter_shard_samples, open_shard, skip_decode
 from packlab.loaders.with_webdataset import webdataset_loader
 from packlab.retry import (
+    LocalRangeOpener,
     RetryingTarShardDataset,
     RetryPolicy,
     ShardReadError,
     iter_shard_samples_resuming,
+    samples_with_resume_points,
 )
 
 COUNT = 240
@@ -93,6 +95,59 @@ def test_a_shard_that_breaks_part_way_is_read_again_and_no_sample_is_delivered_t
     assert opener.opens == 3 and len(retries) == 2
     delivered_before_retry = retries[0][2]
     assert 0 < delivered_before_retry < len(reference), "the failure should come part-way through the shard"
+
+
+class FlakyRangeOpener(LocalRangeOpener):
+    """Opens local shards from any offset; every stream of the first ``failures`` opens breaks after ``cut`` bytes."""
+
+    def __init__(self, failures: int, cut: int):
+        self.failures, self.cut = failures, cut
+        self.opens, self.bytes_read, self.offsets = 0, 0, []
+
+    def open_from(self, name: str, offset: int, etag=None):
+        self.opens += 1
+        self.offsets.append(offset)
+        stream = super().open_from(name, offset)
+        data = stream.read() if self.opens > self.failures else stream.read(self.cut)
+        stream.close()
+        self.bytes_read += len(data)
+        broken, shard = self.opens <= self.failures, name
+
+        class Stream(io.BytesIO):
+            def read(self, size=-1):
+                chunk = super().read(size)
+                if broken and not chunk and size != 0:
+                    raise ShardReadError(f"reading shard {shard} failed: connection reset (on purpose)")
+                return chunk
+
+        return Stream(data)
+
+    def __call__(self, name: str):
+        return self.open_from(name, 0)
+
+
+def test_every_resume_point_is_where_a_tar_stream_of_the_remaining_samples_begins(shards):
+    shard = str(shards[0])
+    pairs = list(samples_with_resume_points(open_shard(shard), shard))
+    keys = [sample.key for sample, _ in pairs]
+    assert pairs[-1][1] is None and all(point is not None for _, point in pairs[:-1])
+    for i in (0, 7, len(pairs) - 2):
+        stream = LocalRangeOpener().open_from(shard, pairs[i][1])
+        assert [s.key for s, _ in samples_with_resume_points(stream, shard, pairs[i][1])] == keys[i + 1:]
+
+
+def test_with_an_opener_that_opens_from_an_offset_a_retry_resumes_where_the_last_sample_ended(shards):
+    shard = str(shards[0])
+    size = shards[0].stat().st_size
+    reference = [s.key for s in iter_shard_samples(shard)]
+    opener = FlakyRangeOpener(failures=2, cut=700_000)  # each attempt breaks after 700 kB, twice
+    retries = []
+    keys = [s.key for s in iter_shard_samples_resuming(shard, opener, FAST, on_retry=lambda *a: retries.append(a))]
+    assert keys == reference and opener.opens == 3
+    assert opener.offsets[0] == 0 and 0 < opener.offsets[1] < opener.offsets[2] < size
+    assert [r[4] for r in retries] == opener.offsets[1:]
+    # Each retry read again at most the sample that was cut off, not the shard from its start.
+    assert opener.bytes_read < size + 2 * 300_000, (opener.bytes_read, size)
 
 
 def test_retries_give_up_after_the_policy_s_attempts_with_an_error_naming_the_shard(shards):
@@ -306,6 +361,26 @@ def test_with_retries_a_server_that_comes_back_costs_no_sample_and_repeats_none(
     report = audit.audit_epoch(records, manifest)
     assert report.ok, report.summary()
     assert dataset.retries >= 1
+
+
+def test_a_ranged_read_resumes_the_same_object_and_refuses_a_replaced_one(server, urls, shards):
+    opener = objectstore.S3ShardOpener(server.settings)
+    whole = opener(urls[0])
+    etag = whole.etag
+    whole.close()
+    tail = opener.open_from(urls[0], 1000, etag)
+    assert tail.read() == shards[0].read_bytes()[1000:] and tail.start == 1000
+    tail.close()
+    bucket, key = objectstore.split_s3_url(urls[0])
+    client = server.client()
+    client.put_object(Bucket=bucket, Key="replaced/shard.tar", Body=b"first version")
+    first = opener("s3://shards/replaced/shard.tar")
+    client.put_object(Bucket=bucket, Key="replaced/shard.tar", Body=b"second version, another length")
+    with pytest.raises(ShardError, match="changed while it was being read") as failure:
+        opener.open_from("s3://shards/replaced/shard.tar", 5, first.etag)
+    first.close()
+    assert not isinstance(failure.value, ShardReadError)
+    client.delete_object(Bucket=bucket, Key="replaced/shard.tar")
 
 
 def test_staging_from_s3_copies_with_the_announced_size(server, urls, tmp_path, shards):

@@ -10,6 +10,7 @@ comes back, or when a cited name is not a plain identifier (the book cannot show
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 
 import pytest
@@ -31,20 +32,39 @@ def _segments(text: str):
     for match in CELL.finditer(text):
         yield "markdown", text[position : match.start()]
         body = match.group(1)
-        # MyST cell options (":tags: [...]") come first; they are not Python.
+        # MyST cell options come first, as ":tags: [...]" lines or as a YAML block between "---" lines
+        # (how a cell's metadata, such as a hidden input, is written); they are not Python.
+        body = re.sub(r"\A---\n.*?^---\n", "", body, flags=re.S | re.M)
         body = "\n".join(line for line in body.splitlines() if not line.startswith(":"))
         yield "code", body
         position = match.end()
     yield "markdown", text[position:]
 
 
-def _figure_names(source: str) -> set[str]:
-    """Names passed as keywords to ``figures(...)`` in one code cell."""
-    names = set()
+def _keyword_names(keyword: ast.keyword) -> set[str]:
+    """The names one keyword of a ``figures(...)`` call binds: ``name=...``, or ``**chNN.helper(...)``, whose
+    names the helper declares (:func:`packlab.course.prose.provides_figures`)."""
+    if keyword.arg:
+        return {keyword.arg}
+    call = keyword.value
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        module = importlib.import_module(f"packlab.course.narration.{call.func.value.id}")
+        names = getattr(getattr(module, call.func.attr), "figure_names", None)
+        assert names is not None, f"{call.func.value.id}.{call.func.attr} does not declare its names (@provides_figures)"
+        return set(names)
+    raise AssertionError(f"figures(**{ast.unparse(call)}): only **chNN.helper(...) calls can be checked")
+
+
+def _figure_calls(source: str):
+    """``(call, names it binds)`` for each ``figures(...)`` call in one code cell."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "figures":
-            names.update(k.arg for k in node.keywords if k.arg)
-    return names
+            yield node, set().union(*(_keyword_names(k) for k in node.keywords))
+
+
+def _figure_names(source: str) -> set[str]:
+    """Names passed to ``figures(...)`` in one code cell."""
+    return set().union(set(), *(names for _, names in _figure_calls(source)))
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -75,11 +95,11 @@ def test_every_cited_name_is_bound_once(notebook):
     stores: list[tuple[str, int, int]] = []  # (name, cell, line) of each plain assignment
     cells = [piece for kind, piece in _segments(notebook.read_text()) if kind == "code"]
     for cell, piece in enumerate(cells):
+        for node, names in _figure_calls(piece):
+            for name in names:
+                bound_at.setdefault(name, []).append((cell, node.lineno))
         for node in ast.walk(ast.parse(piece)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "figures":
-                for keyword in node.keywords:
-                    bound_at.setdefault(keyword.arg, []).append((cell, node.lineno))
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 stores.append((node.id, cell, node.lineno))
     twice = sorted(name for name, places in bound_at.items() if len(places) > 1 and name in cited)
     assert not twice, f"{notebook.relative_to(ROOT)}: cited names bound by more than one figures() call: {twice}"
@@ -118,6 +138,27 @@ def test_figures_binds_names_without_the_book_tools(monkeypatch):
     monkeypatch.setitem(sys.modules, "myst_nb", None)  # import myst_nb now raises ImportError
     prose.figures(cited_without_book="17")
     assert cited_without_book == "17"  # noqa: F821 - bound by figures() in this module's globals
+
+
+def test_a_sentence_helper_returns_exactly_the_names_it_declares():
+    @prose.provides_figures("a", "b")
+    def helper(extra=False):
+        return {"a": 1, "b": 2, **({"c": 3} if extra else {})}
+
+    assert helper() == {"a": 1, "b": 2} and helper.figure_names == {"a", "b"}
+    with pytest.raises(AssertionError, match="@provides_figures"):
+        helper(extra=True)
+
+
+def test_hidden_cells_keep_their_input_hidden_in_the_book_and_in_jupyterlab():
+    """A cell that hides its input does so in both places: ``remove-input`` for the book, ``source_hidden`` for JupyterLab."""
+    problems = []
+    for notebook in NOTEBOOKS:
+        for match in CELL.finditer(notebook.read_text()):
+            header = re.match(r"\A---\n(.*?)^---\n", match.group(1), re.S | re.M)
+            if header and "remove-input" in header.group(1) and "source_hidden: true" not in header.group(1):
+                problems.append(f"{notebook.relative_to(ROOT)}: a remove-input cell without jupyter: source_hidden")
+    assert not problems, problems
 
 
 def test_listing_shows_dedented_sources_of_what_it_is_given():

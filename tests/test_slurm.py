@@ -196,22 +196,18 @@ def _job_state(job_id: str, env: dict) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
 
 
-def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(cluster, tmp_path):
-    root = data.generate(tmp_path / "data", count=COUNT, seed=21, workers=2, progress=False)
-    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=MAXCOUNT, progress=False)
-    assert len(shards) == 8
-    stage = tmp_path / "node-local"
-    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=str(root / "packed" / "shards" / "shard-*.tar"),
-               PACKLAB_PYTHON=sys.executable, PACKLAB_STAGE_DIR=str(stage))
-    output = tmp_path / "job.out"
+def _run_job(command: list[str], env: dict, output: Path, timeout: float) -> tuple[str, dict[str, str], str, float]:
+    """Submit with ``sbatch``, wait (bounded) for the job to end; ``(job id, final state, output, seconds)``.
+
+    Asserts that the job COMPLETED with exit code 0, showing the end of its output otherwise.
+    """
     start = time.monotonic()
-    submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", str(SCRIPT)], env=env,
+    submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", *command], env=env,
                                cwd=paths.repo_root(), capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
-
     state: dict[str, str] = {}
-    while time.monotonic() - start < JOB_TIMEOUT:
+    while time.monotonic() - start < timeout:
         state = _job_state(job_id, env)
         if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
             break
@@ -223,6 +219,17 @@ def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(clu
     assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", (
         f"job {job_id} ended {state.get('JobState')} (exit {state.get('ExitCode')}) after {seconds:.0f} s:\n{text[-6000:]}"
     )
+    return job_id, state, text, seconds
+
+
+def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(cluster, tmp_path):
+    root = data.generate(tmp_path / "data", count=COUNT, seed=21, workers=2, progress=False)
+    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=MAXCOUNT, progress=False)
+    assert len(shards) == 8
+    stage = tmp_path / "node-local"
+    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=str(root / "packed" / "shards" / "shard-*.tar"),
+               PACKLAB_PYTHON=sys.executable, PACKLAB_STAGE_DIR=str(stage))
+    job_id, _, text, seconds = _run_job([str(SCRIPT)], env, tmp_path / "job.out", JOB_TIMEOUT)
     print(f"Slurm job {job_id}: {seconds:.0f} s from sbatch to COMPLETED")
     # Staging: the node copied all eight shards (one node holds every part), then the copies were removed.
     assert re.search(r"node 0/1 .*: 8 shards in .*: 8 copied", text), text
@@ -231,3 +238,33 @@ def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(clu
     assert "rank 0/2 (node 0, local rank 0)" in text and "rank 1/2 (node 0, local rank 1)" in text, text
     # The audit: every key exactly once.
     assert f"OK: {COUNT} samples, each expected key exactly once" in text, text
+
+
+RESUMABLE = paths.repo_root() / "scripts" / "slurm" / "resumable.sbatch"
+REQUEUE_TIMEOUT = 900  # seconds for the whole requeued job: several runs, each starting torch and its workers
+
+
+def test_a_job_checkpoints_on_its_warning_signal_requeues_itself_and_finishes_the_epoch(cluster, tmp_path):
+    """A one-minute time limit, SIGUSR1 50 s before it, an epoch of about 45 s of steps after start-up.
+
+    Slurm checks time limits periodically, so the warning comes 10 to 40 s into each run;
+    each run checkpoints, requeues the job, and the next run resumes. The checkpoints'
+    record must hold the 240 samples exactly once, after at least one requeue.
+    """
+    import torch
+    from collections import Counter
+
+    root = data.generate(tmp_path / "data", count=240, seed=22, workers=2, progress=False)
+    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=30, progress=False)
+    checkpoint = tmp_path / "checkpoint.pt"
+    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=pack.brace_pattern(shards),
+               PACKLAB_PYTHON=sys.executable, PACKLAB_CHECKPOINT=str(checkpoint), STEP_SECONDS="1.5")
+    job_id, state, text, seconds = _run_job(["--time=00:01:00", "--signal=B:USR1@50", str(RESUMABLE)], env,
+                                            tmp_path / "job.out", REQUEUE_TIMEOUT)
+    runs = int(state.get("Restarts", "0")) + 1
+    print(f"Slurm job {job_id}: {runs} runs, {seconds:.0f} s from sbatch to COMPLETED")
+    assert runs >= 2 and "SIGUSR1 from Slurm" in text and "requeueing job" in text, text
+    assert f"over {runs} run(s)" in text, text
+    saved = torch.load(checkpoint, weights_only=True)
+    counts = Counter(saved["keys"])
+    assert saved["done"] and len(counts) == 240 and set(counts.values()) == {1}, Counter(counts.values())

@@ -16,7 +16,7 @@ no start method) once.
 
 Starting spawn workers costs seconds (each imports torch), so all map-style datasets share
 one DataLoader per start method (a ConcatDataset, cut back into its parts by position)
-and all iterable ones another (a ChainDataset over disjoint thirds of the samples).
+and all iterable ones another (a ChainDataset over disjoint quarters of the samples).
 Everything reads the 60-image ``small_root`` fixture.
 """
 
@@ -64,6 +64,7 @@ SOLUTION_CLASSES = {
     "04_tar_shards": {"TarShardDataset": "workers"},
     "05_shard_split": {"RankShardDataset": "workers", "shards_for": "helper"},
     "08_lmdb": {"LmdbDataset": "workers"},
+    "11_resumable_reader": {"ResumableShardReader": "workers"},
 }
 
 
@@ -77,20 +78,20 @@ def reference(small_root, small_manifest):
 
 @pytest.fixture(scope="module")
 def packed(small_root, small_manifest, tmp_path_factory):
-    """The small dataset as two zips, a raw-pixel folder, and tar shards in three disjoint thirds."""
+    """The small dataset as two zips, a raw-pixel folder, and tar shards in four disjoint quarters."""
     folder = tmp_path_factory.mktemp("packed")
-    thirds = [small_manifest[i : i + 20] for i in range(0, 60, 20)]
+    quarters = [small_manifest[i : i + 15] for i in range(0, 60, 15)]
     return {
         "jpeg_zip": pack.write_zip(folder / "jpeg.zip", members="jpeg", root=small_root, progress=False),
         "raw_zip": pack.write_zip(folder / "raw.zip", members="raw", root=small_root, progress=False),
         "raw_folder": pack.write_raw_folder(folder / "raw", root=small_root, progress=False),
         "lmdb": formats.write_lmdb(folder / "images.lmdb", root=small_root, progress_bar=False),
-        "thirds": thirds,
-        # 4 shards of 5 per third: each of the 2 workers reads 2 shards of every dataset.
+        "quarters": quarters,
+        # 3 shards of 5 per quarter: the 2 workers read 2 and 1 shards of every dataset (an uneven split).
         "shards": [
-            [str(p) for p in pack.write_tar_shards(folder / f"third-{i}", samples=third, root=small_root, maxcount=5,
+            [str(p) for p in pack.write_tar_shards(folder / f"quarter-{i}", samples=part, root=small_root, maxcount=5,
                                                    progress=False)]
-            for i, third in enumerate(thirds)
+            for i, part in enumerate(quarters)
         ],
     }
 
@@ -172,14 +173,16 @@ def map_style(small_root, packed, solutions):
 
 @pytest.fixture(scope="module")
 def iterable(packed, solutions):
-    """``{name: (dataset, the samples it must deliver)}``: each iterable dataset reads its own third."""
-    first, second, third = packed["shards"]
+    """``{name: (dataset, the samples it must deliver)}``: each iterable dataset reads its own quarter."""
+    first, second, third, fourth = packed["shards"]
     return {
-        "TarShardDataset": (TarShardDataset(first, return_key=True), packed["thirds"][0]),
+        "TarShardDataset": (TarShardDataset(first, return_key=True), packed["quarters"][0]),
         "solution 04 TarShardDataset": (
-            solutions["04_tar_shards TarShardDataset"](second, return_key=True), packed["thirds"][1]),
+            solutions["04_tar_shards TarShardDataset"](second, return_key=True), packed["quarters"][1]),
         "solution 05 RankShardDataset": (
-            solutions["05_shard_split RankShardDataset"](third, 0, 1, return_key=True), packed["thirds"][2]),
+            solutions["05_shard_split RankShardDataset"](third, 0, 1, return_key=True), packed["quarters"][2]),
+        "solution 11 ResumableShardReader": (
+            solutions["11_resumable_reader ResumableShardReader"](fourth, return_key=True), packed["quarters"][3]),
     }
 
 
@@ -206,7 +209,7 @@ def test_iterable_datasets_deliver_every_sample_once_bit_exact(method, iterable,
     records = epoch(ChainDataset([dataset for dataset, _ in iterable.values()]), method)
     assert len(records) == len(small_manifest), f"{len(records)} samples, {len(small_manifest)} expected"
     failed = []
-    for name, (_, samples) in iterable.items():  # the thirds are disjoint: sort the records by key
+    for name, (_, samples) in iterable.items():  # the quarters are disjoint: sort the records by key
         keys = {s.key for s in samples}
         report = audit.audit_epoch([r for r in records if r[0] in keys], samples, reference)
         if not report.ok:

@@ -82,9 +82,34 @@ def test_the_prediction_counts_opens_requests_and_bytes_per_layout():
     predicted = storage.predict_reading(model, file_sizes=[500] * 10, shard_sizes=[5000, 2000])
     assert predicted["tar_requests"] == 2 + 1  # ceil(5000/4000) + ceil(2000/4000)
     assert predicted["folder_s_per_file"] == pytest.approx(0.002 + 0.001 + 500 / 1e6)
-    assert predicted["zip_s_per_member"] == pytest.approx(0.001 + 1000 / 1e6)  # at least one read-ahead block
+    assert predicted["zip_pread_s_per_member"] == pytest.approx(0.001 + 1000 / 1e6)  # at least one read-ahead block
+    assert predicted["zip_requests_per_member"] == 1  # header and data fit the first window
+    assert predicted["zip_s_per_member"] == pytest.approx(0.001 + 1000 / 1e6)
     assert predicted["tar_s_all_shards"] == pytest.approx(2 * 0.002 + 3 * 0.001 + 7000 / 1e6)
     assert predicted["files_per_s"]["tar"] == pytest.approx(10 / predicted["tar_s_all_shards"])
+
+
+def test_the_zip_prediction_counts_the_requests_the_readers_really_make(root):
+    """ZipFile reads a member's header, then its data: two requests for a member larger than one window;
+    PreadZipDataset one. The model's arithmetic must count what the modelled files charge."""
+    from packlab.loaders import PreadZipDataset, ZipDataset
+    from packlab.loaders.tar import skip_decode
+
+    model = storage.NetworkFSModel(open_s=0, request_s=0, bandwidth=1e12, min_request=16 * 1024)
+    samples = data.load_manifest(root)[:30]
+    archive = pack.write_zip(root / "requests.zip", samples=samples, root=root, progress=False)
+    predicted = storage.predict_reading(model, [s.bytes for s in samples], [1])
+    assert predicted["zip_requests_per_member"] > 1.5  # the dataset's JPEGs are larger than 16 KiB
+    for reader, per_member in ((ZipDataset, predicted["zip_requests_per_member"]), (PreadZipDataset, 1)):
+        files = []
+        dataset = reader(archive, transform=skip_decode, opener=lambda path: files.append(model.open(path)) or files[-1])
+        dataset[0]  # opens the archive and reads its directory
+        before = sum(f.requests for f in files)
+        for i in range(len(samples) - 1, 0, -1):  # backwards: every member is a jump
+            dataset[i]
+        made = (sum(f.requests for f in files) - before) / (len(samples) - 1)
+        assert made == pytest.approx(per_member, abs=0.1), reader.__name__
+        dataset.close()
 
 
 # ------------------------------------------------------------- cold levels and positional reads
@@ -136,3 +161,29 @@ def test_read_at_leaves_the_file_offset_alone_locally_and_in_the_model(root, mon
         assert f.tell() == 3 and f.read(4) == whole[3:7]
     requests = slept[1:]  # after the open
     assert requests[:1] == [pytest.approx(model.request_seconds(1024))] and len(requests) == 2  # then the f.read
+
+
+def test_a_shared_link_serialises_the_transfers_of_every_process():
+    """Two forked processes that each move 0.2 s worth of bytes at once take 0.4 s on a shared link.
+
+    A lower bound, so it holds on a busy machine too: the bookings alone make the second
+    transfer end at least 0.4 s after the first began.
+    """
+    import multiprocessing
+
+    model = storage.NetworkFSModel(request_s=0.0, bandwidth=1e6, shared_link=True)
+    context = multiprocessing.get_context("fork")
+    start = time.monotonic()
+    readers = [context.Process(target=model.wait_for_request, args=(200_000,)) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(30)
+    assert [r.exitcode for r in readers] == [0, 0]
+    assert time.monotonic() - start >= 0.39
+    assert "shared by all readers" in model.describe() and model.shared_link is True
+
+
+def test_without_a_shared_link_each_reader_has_the_bandwidth_to_itself():
+    model = storage.NetworkFSModel(request_s=0.0, bandwidth=1e6)
+    assert model.request_seconds(200_000) == pytest.approx(0.2) and "for each reader" in model.describe()

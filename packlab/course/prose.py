@@ -84,3 +84,57 @@ def listing(*objects: Any):
 
     sources = [textwrap.dedent(inspect.getsource(obj)).rstrip() + "\n" for obj in objects]
     return Markdown("```python\n" + "\n\n".join(sources) + "```")
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration as a sentence should read it: ``"12 s"``, ``"1.4 s"``, ``"0.35 s"``, ``"40 ms"``, ``"under 1 ms"``.
+
+    Never ``"0 s"`` for something that took a moment: two significant digits below 10 s,
+    milliseconds below a tenth of a second.
+    """
+    if seconds >= 10:
+        return f"{seconds:,.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    if seconds >= 0.1:
+        return f"{seconds:.2f} s"
+    if seconds >= 0.001:
+        return f"{seconds * 1e3:.0f} ms"
+    return "under 1 ms"
+
+
+def names_text(names) -> str:
+    """``["a"]`` -> ``"a"``, ``["a", "b"]`` -> ``"a and b"``, ``["a", "b", "c"]`` -> ``"a, b and c"``."""
+    names = list(names)
+    if not names:
+        raise ValueError("no names to list")
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def provides_figures(*names: str):
+    """Declare the names a sentence helper returns, for ``figures(**helper(...))``.
+
+    A chapter's prose cites ``{eval}`name``` only after a cell bound ``name``;
+    ``tests/test_prose.py`` checks that by reading the cells, and a name hidden in
+    ``**helper(...)`` is found through this declaration. The helper must return exactly
+    these names (checked on every call), so the declaration cannot drift from the code.
+    """
+    import functools
+
+    declared = frozenset(names)
+
+    def mark(helper):
+        @functools.wraps(helper)
+        def checked(*args, **kwargs):
+            values = helper(*args, **kwargs)
+            if set(values) != declared:
+                raise AssertionError(
+                    f"{helper.__qualname__} returned {sorted(set(values) ^ declared)} differently from what "
+                    "it declares with @provides_figures; update the declaration"
+                )
+            return values
+
+        checked.figure_names = declared
+        return checked
+
+    return mark

@@ -19,10 +19,16 @@ times as fast, if the cores and the storage allow.
   (tar shards, :class:`~packlab.formats.LmdbStreamDataset`,
   :class:`~packlab.formats.ParquetStreamDataset`) block by block;
 
-each read **warm** (just read, so in the page cache), **cold** (its files' pages dropped
-from the page cache first, see :mod:`packlab.storage`) and through the **network model**
-(:class:`packlab.storage.NetworkFSModel` as the ``opener``). LMDB reads through a memory
-map, not through file reads, so no opener can delay them: it has no network-model figure.
+each read **cold**, **warm** and through the **network model**
+(:class:`packlab.storage.NetworkFSModel` as the ``opener``). Cold means what it means in
+chapters 2 and 7: :func:`packlab.storage.make_cold` at the strongest level this process
+may use (``cold_level``; as root, every cache of the machine dropped), once per round and
+access for all layouts together, and :func:`packlab.storage.resident_fraction` records
+how much of each layout's files was in the page cache just before and just after, so a
+result says whether the eviction worked (a file that stays mapped keeps its pages).
+Warm is the same read again at once, in the same order: from the page cache. LMDB reads
+through a memory map, not through file reads, so no opener can delay them: it has no
+network-model figure.
 
 A read stops after ``budget_s`` seconds and reports the rate of what it read: the slow
 combinations (shuffled Parquet over the network model reads a whole row group per sample)
@@ -43,7 +49,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import data, pack, storage
-from packlab.bench import Spread, batch_size_of
+from packlab.bench import ROUNDS, Spread, batch_size_of
 from packlab.bench import compare as bench_compare
 from packlab.formats.hdf5_format import Hdf5Dataset, write_hdf5
 from packlab.formats.lmdb_format import LmdbDataset, LmdbStreamDataset, close_environment, write_lmdb
@@ -173,15 +179,6 @@ def _release(dataset, where: Path) -> None:
         close_environment(where)
 
 
-def cold_reads_available() -> bool:
-    return storage.page_cache_control_available()
-
-
-def make_cold(files: Sequence[Path]) -> None:
-    """Drop the files' pages from the page cache, so the next read comes from the disk."""
-    storage.drop_from_page_cache(files)
-
-
 # ------------------------------------------------------------------- the measurement
 
 
@@ -190,17 +187,25 @@ def measure_formats(
     *,
     root: Path | None = None,
     workdir: Path | None = None,
-    runs: int = 3,
+    runs: int = ROUNDS,
     budget_s: float = 2.0,
     model: storage.NetworkFSModel | None = None,
     layouts: Sequence[str] | None = None,
+    cold_level: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Write and read every layout ``runs`` times (rounds interleaved); return raw figures as plain data.
 
     ``samples`` default to the whole manifest; ``workdir`` to ``<data root>/packed/formats-bench``
     (emptied first, each round's files replaced by the next's). ``layouts`` picks some of
-    :data:`LAYOUTS` by name. See the module docstring for what each figure means.
+    :data:`LAYOUTS` by name. ``runs`` defaults to :data:`packlab.bench.ROUNDS`, the rounds
+    :func:`packlab.bench.compare` needs before it can call a difference clear.
+    ``cold_level`` defaults to the strongest level of :func:`packlab.storage.cold_levels`.
+    See the module docstring for what each figure means.
+
+    Each round writes every layout, then, per access (random, sequential): drops the
+    caches once for all layouts, reads each cold, then each warm; then reads each through
+    the network model. The layouts take turns in an order rotated from round to round.
     """
     from packlab import paths
 
@@ -210,7 +215,7 @@ def measure_formats(
     workdir = Path(workdir) if workdir is not None else paths.packed_dir(root) / "formats-bench"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    cold = cold_reads_available()
+    level = cold_level if cold_level is not None else (storage.cold_levels() or [None])[-1]
     say = log or (lambda message: None)
     results: dict = {
         "samples": len(samples),
@@ -219,12 +224,15 @@ def measure_formats(
         "budget_s": budget_s,
         "model": asdict(model),
         "model_text": model.describe(),
-        "cold": "page cache dropped with posix_fadvise(POSIX_FADV_DONTNEED)" if cold else None,
+        "cold_level": level,
+        "cold": f"{level}: {storage.COLD_LEVELS[level]}" if level else None,
         "reader": "one process, no workers, batches of 64, bytes counted, not decoded",
         "load_average": [os.getloadavg()[0]],
         "layouts": {
             layout.name: {
                 "write_s": [], "bytes": None, "allocated": None, "opener": layout.opener,
+                # Share of the layout's pages in the page cache around its first cold read.
+                "resident": {},
                 # None where a figure cannot exist: tar shards have no random access, and no opener
                 # can delay LMDB's memory-mapped reads.
                 "rates": {access: None if getattr(layout, access) is None else
@@ -235,35 +243,49 @@ def measure_formats(
             for layout in chosen
         },
     }
+
+    def read(layout: Layout, where: Path, access: str, condition: str, seed: int) -> None:
+        opener = model.open if condition == "network model" else None
+        dataset = getattr(layout, access)(where, opener)
+        rate = read_rate(dataset, access == "random", budget_s, seed=seed)
+        _release(dataset, where)
+        results["layouts"][layout.name]["rates"][access][condition].append(rate)
+
     for run in range(runs):
         order = chosen[run % len(chosen):] + chosen[: run % len(chosen)]  # each round starts elsewhere
+        where = {layout.name: workdir / f"{layout.name}-{run}" for layout in order}
+        files = {}
         for layout in order:
             entry = results["layouts"][layout.name]
-            where = workdir / f"{layout.name}-{run}"
             start = time.perf_counter()
-            layout.write(where, samples, root)
+            layout.write(where[layout.name], samples, root)
             entry["write_s"].append(time.perf_counter() - start)
-            files = files_of(where)
-            entry["bytes"], entry["allocated"] = disk_usage(files)
-            _sync(files)
-            for access in ACCESSES:
-                make = getattr(layout, access)
-                if make is None:
-                    continue
-                shuffle = access == "random"
-                rates = entry["rates"][access]
-                if cold:
-                    make_cold(files)
-                    dataset = make(where, None)
-                    rates["cold"].append(read_rate(dataset, shuffle, budget_s, seed=run))
-                    _release(dataset, where)
-                dataset = make(where, None)
-                rates["warm"].append(read_rate(dataset, shuffle, budget_s, seed=run))
-                _release(dataset, where)
+            files[layout.name] = files_of(where[layout.name])
+            entry["bytes"], entry["allocated"] = disk_usage(files[layout.name])
+            _sync(files[layout.name])
+        for access in ACCESSES:
+            readable = [layout for layout in order if getattr(layout, access) is not None]
+            if level is not None:
+                # In the first round, each layout's first cold read (random, or sequential for tar) is watched.
+                watched = [layout for layout in readable
+                           if run == 0 and not results["layouts"][layout.name]["resident"]]
+                for layout in watched:
+                    results["layouts"][layout.name]["resident"]["before"] = storage.resident_fraction(files[layout.name])
+                storage.make_cold([f for layout in readable for f in files[layout.name]], level)
+                for layout in readable:
+                    resident = results["layouts"][layout.name]["resident"]
+                    if layout in watched:
+                        resident["after dropping"] = storage.resident_fraction(files[layout.name])
+                    read(layout, where[layout.name], access, "cold", run)
+                    if layout in watched:
+                        resident["after the cold read"] = storage.resident_fraction(files[layout.name])
+            for layout in readable:
+                read(layout, where[layout.name], access, "warm", run)
+            for layout in readable:
                 if layout.opener:
-                    dataset = make(where, model.open)
-                    rates["network model"].append(read_rate(dataset, shuffle, budget_s, seed=run))
-                    _release(dataset, where)
+                    read(layout, where[layout.name], access, "network model", run)
+        for layout in order:
+            entry = results["layouts"][layout.name]
             say(f"round {run + 1}/{runs} {layout.name}: written in {entry['write_s'][-1]:.2f} s, "
                 f"{entry['allocated'] / 1e6:.0f} MB; warm "
                 + ", ".join(f"{a} {r['warm'][-1]:.0f}/s" for a, r in entry["rates"].items() if r))
@@ -350,38 +372,6 @@ def leaders(values: dict[str, Sequence[float]], highest: bool = True) -> tuple[l
     return tied, [name for name in ranked if name not in tied]
 
 
-def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = "samples/s", highest: bool = True,
-                     digits: int = 0) -> str:
-    """A sentence that names the best layout(s) for ``what`` and how far behind the others were.
-
-    Layouts not clearly different from the best (:func:`compare`) are named together; the
-    others are given as a factor of the best median.
-    """
-    tied, rest = leaders(values, highest)
-    best = statistics.median(values[tied[0]])
-    head = (f"{what}, {_names(tied)} {'were' if len(tied) > 1 else 'was'} best "
-            f"({', '.join(f'{n} {statistics.median(values[n]):,.{digits}f} {unit}' for n in tied)}"
-            f"{'; no clear difference between them' if len(tied) > 1 else ''})")
-    if not rest:
-        return head + "."
-    factors = [(n, best / statistics.median(values[n]) if highest else statistics.median(values[n]) / best) for n in rest]
-    return head + "; " + ", ".join(f"{n} {f:,.1f}× {'slower' if highest else 'longer'}" for n, f in factors) + "."
-
-
-def standing(values: dict[str, Sequence[float]], name: str) -> str:
-    """Where ``name`` stands among ``values`` (higher is better): tied with the best, or how many times slower."""
-    tied, _ = leaders(values)
-    if name in tied:
-        others = [n for n in tied if n != name]
-        return "among the best" + (f" (no clear difference from {_names(others)})" if others else "")
-    best = tied[0]
-    return f"{statistics.median(values[best]) / statistics.median(values[name]):,.1f}× slower than {best}"
-
-
-def _names(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 def format_formats(results: dict) -> str:
     """The measurement as plain text (what ``make bench`` prints)."""
     rows = table_rows(results)
@@ -397,6 +387,8 @@ def format_formats(results: dict) -> str:
 def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
     """Read rates of every layout, random and sequential, one panel per condition: median bars, whiskers lowest to highest."""
     import matplotlib.pyplot as plt
+
+    from packlab.plots import PALETTE
     import numpy as np
 
     names = list(results["layouts"])
@@ -410,15 +402,16 @@ def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
             low = med - np.array([min(values[n]) for n in shown])
             high = np.array([max(values[n]) for n in shown]) - med
             xs = [names.index(n) + (i - 0.5) * width for n in shown]
-            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=f"C{i}")
+            ax.bar(xs, med, width, yerr=np.array([low, high]), capsize=3, label=access, color=PALETTE[i],
+                   hatch="//" if i else "", edgecolor="white")
             for n in names:  # no bar: tar has no random access, LMDB no opener for the network model
                 if n not in values:
-                    ax.text(names.index(n) + (i - 0.5) * width, 0.04, "n/a", ha="center", va="bottom", fontsize=7,
-                            color=f"C{i}", transform=ax.get_xaxis_transform())
+                    ax.text(names.index(n) + (i - 0.5) * width, 0.04, "n/a", ha="center", va="bottom", fontsize=10,
+                            color=PALETTE[i], transform=ax.get_xaxis_transform())
         ax.set_yscale("log")
         ax.set_ylabel("samples/s (log)")
-        ax.set_title(f"{condition}", fontsize=10)
-    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_title(f"{condition}", fontsize=11)
+    axes[0, 0].legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1, 0].set_xticks(range(len(names)), names)
     axes[-1, 0].set_xlabel("layout")
     fig.suptitle(f"Reading {results['samples']:,} samples, one process, no decode: median of {results['runs']} "

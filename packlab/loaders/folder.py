@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 
 from packlab import data, paths
 from packlab.loaders.skipping import BadSampleHandling
+from packlab.memory import StringColumn, int_column
 from packlab.storage import open_local
 from packlab.transforms import CorruptImageError, pixels_to_tensor, standard_transform
 
@@ -76,11 +77,14 @@ class FileFolderDataset(Dataset, BadSampleHandling):
             )
         labels = data.load_labels(root)  # raises DatasetError naming the labels file
         # The labels file is the index: read once, no directory listing, shared by all workers.
-        self.keys = sorted(labels) if keys is None else list(keys)
-        unknown = [k for k in self.keys if k not in labels]
+        keys = sorted(labels) if keys is None else list(keys)
+        unknown = [k for k in keys if k not in labels]
         if unknown:
             raise data.DatasetError(f"{len(unknown)} keys are not in {self.labels_file} (first: {unknown[:5]}).")
-        self.labels = [labels[k] for k in self.keys]
+        # Kept as one blob and one array, not as lists of Python objects: workers that read them would
+        # otherwise each copy every page of the index (packlab.memory, chapter 12).
+        self.keys = StringColumn(keys)
+        self.labels = int_column(labels[k] for k in keys)
         self.transform = transform
         self.return_key = return_key
 

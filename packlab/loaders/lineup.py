@@ -27,6 +27,7 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
     from torch.utils.data import DataLoader
 
     from packlab.loaders import JpegFolderDataset, RecyclingLoader, TarShardDataset, ThreadLoader, ZipDataset
+    from packlab.loaders import streaming_peers
     from packlab.loaders.batching import collate_uint8_images
     from packlab.loaders.peers import SpdlPipelineLoader, TorchdataNodesLoader
     from packlab.loaders.with_webdataset import webdataset_loader
@@ -73,5 +74,11 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
         "torchdata.nodes, processes": (PEER, lambda w: TorchdataNodesLoader(shards, w, "process", batch_size, seed,
                                                                                      multiprocessing_context="fork")),
         "SPDL, threads": (PEER, lambda w: SpdlPipelineLoader(shards, w, batch_size, seed)),
+        # Their own formats, written once from the same samples in the same order (packlab.loaders.streaming_peers),
+        # read with their default (recommended) shuffles: MDS's py1e block shuffle, LitData's chunk + window shuffle.
+        "MosaicML Streaming (MDS)": (PEER, lambda w: streaming_peers.mds_loader(
+            streaming_peers.ensure_mds(root), w, batch_size, seed)),
+        "LitData": (PEER, lambda w: streaming_peers.litdata_loader(
+            streaming_peers.ensure_litdata(root), w, batch_size, seed)),
         "tar, per-sample float": (VARIANT, lambda w: tar(w, fast=False)),
     }

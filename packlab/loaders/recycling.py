@@ -74,6 +74,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
 
+from packlab.limits import shm_full_error
 from packlab.loaders.skipping import SkippedSample
 from packlab.transforms import RAW_SHAPE, to_tensor
 
@@ -133,7 +134,13 @@ class BatchBufferPool:
             self._collect_returned()
             if self._free:
                 return self._free.pop()
-            buffer = shared_float_tensor(self.shape) if self.shared else torch.empty(self.shape, dtype=torch.float32)
+            try:
+                buffer = shared_float_tensor(self.shape) if self.shared else torch.empty(self.shape, dtype=torch.float32)
+            except RuntimeError as exc:  # /dev/shm full: say so, with the numbers and the fixes
+                explained = shm_full_error(exc, 4 * math.prod(self.shape)) if self.shared else None
+                if explained is None:
+                    raise
+                raise explained from exc
             self._buffers.append(buffer)
             return len(self._buffers) - 1
 

@@ -56,6 +56,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from packlab.loaders.skipping import MAX_WORKERS, BadSampleHandling
 from packlab.pack import expand_pattern
+from packlab.resume import STATE_VERSION, Piece, ResumeError, ShardStream, epoch_pieces_left
 from packlab.transforms import CorruptImageError, standard_transform
 
 #: Extensions every sample must have: the encoded image and its class label.
@@ -744,19 +745,121 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         # From shared memory: persistent workers see set_epoch too. Several readers of one process (threads) each
         # keep their own mark.
         epoch, repeated = self._epoch.start_pass(worker_id if num_workers > 1 else None)
-        if repeated and self._order_depends_on_epoch():
+        resumed = self._take_saved_state(epoch, worker_id, num_workers)
+        if repeated and resumed is None and self._order_depends_on_epoch():
             warnings.warn(RepeatedEpochWarning(
                 f"{self!r} starts another pass over epoch {epoch} without set_epoch() since the last one, so it "
                 "repeats that pass's shard order and shuffle. Call dataset.set_epoch(epoch) before each epoch."
             ), stacklevel=2)
+        if self.epoch_length is not None:
+            rng = random.Random(f"buffer-{self.seed}-{epoch}-{self.rank}-{worker_id}")
+            raw, spare = self._raw_samples(worker_id, num_workers, epoch)
+            samples = shuffle_buffer(raw, self.shuffle_buffer, rng)
+        else:
+            spare = None
+            samples = self._stream = self._open_stream(epoch, worker_id, num_workers, resumed)
+        try:
+            for sample in samples:
+                item = self._decoded(sample)
+                while item is None and spare is not None:  # resampling: draw a replacement, keep the length
+                    item = self._decoded(next(spare))
+                if item is not None:
+                    yield item
+        finally:
+            if spare is None:
+                samples.close()
+
+    # ------------------------------------------------------------ checkpoint and resume
+
+    def _open_stream(self, epoch: int, worker_id: int, num_workers: int, resumed: dict | None) -> ShardStream:
+        """This reader's :class:`~packlab.resume.ShardStream`: fresh, or where a saved state left off."""
+        self._reader_pid = os.getpid()  # a forked worker inherits these attributes: they are not its own
+        self._reader = {"epoch": epoch, "seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                        "worker_id": worker_id, "num_workers": num_workers}
+        if resumed is not None and resumed.get("kind") == "reader":
+            self._reader["share"] = resumed["share"]
+            if resumed["stream"] is not None:
+                return ShardStream.restore(resumed["stream"], self._shard_samples)
+            pieces = [Piece(s) for s in resumed["share"]]
+        elif resumed is not None:  # an epoch state from another layout: split what is left between our readers
+            reader = self.rank * num_workers + worker_id
+            pieces = epoch_pieces_left(resumed)[reader :: self.world_size * num_workers]
+            self._reader["share"] = sorted({p.shard for p in pieces})
+            rng = random.Random(f"resumed-{self.seed}-{epoch}-{self.rank}-{worker_id}")
+            return ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
+        else:
+            self._reader["share"] = self.shards_for(worker_id, num_workers, epoch)
+            pieces = [Piece(s) for s in self._reader["share"]]
         rng = random.Random(f"buffer-{self.seed}-{epoch}-{self.rank}-{worker_id}")
-        raw, spare = self._raw_samples(worker_id, num_workers, epoch)
-        for sample in shuffle_buffer(raw, self.shuffle_buffer, rng):
-            item = self._decoded(sample)
-            while item is None and spare is not None:  # resampling: draw a replacement, keep the length
-                item = self._decoded(next(spare))
-            if item is not None:
-                yield item
+        return ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
+
+    def state_dict(self) -> dict:
+        """Where this process's reader stands in the epoch, at sample granularity (plain lists and numbers).
+
+        Called *in a DataLoader worker* (torchdata's ``StatefulDataLoader`` does, after every
+        batch) it describes that worker's share; in the main process, the main process's own
+        reading (``num_workers=0``). In the main process of a loader with workers it knows
+        nothing of what the workers read: save ``loader.state_dict()`` instead. See
+        :mod:`packlab.resume` for what the state holds and why.
+        """
+        if self.epoch_length is not None:
+            raise ValueError("a resampling TarShardDataset (epoch_length=...) cannot save its position")
+        mine = getattr(self, "_reader_pid", None) == os.getpid()
+        stream = getattr(self, "_stream", None) if mine else None
+        reader = getattr(self, "_reader", None) if mine else None
+        if reader is None:  # nothing read yet in this process
+            info = get_worker_info()
+            worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+            reader = {"epoch": self.epoch, "seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                      "worker_id": worker_id, "num_workers": num_workers,
+                      "share": self.shards_for(worker_id, num_workers)}
+        return {"version": STATE_VERSION, "kind": "reader", **reader,
+                "stream": None if stream is None else stream.state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make the next pass over the state's epoch go on where ``state`` was taken.
+
+        ``state`` is a reader's :meth:`state_dict` (what ``StatefulDataLoader`` hands each
+        worker when it resumes with the same worker count), or a whole epoch's state from
+        :func:`packlab.resume.epoch_state`, which works with any number of workers and ranks.
+        In the main process this also sets the epoch to the state's.
+        """
+        if state.get("version") != STATE_VERSION or state.get("kind") not in ("reader", "epoch"):
+            raise ResumeError(f"not a TarShardDataset state of version {STATE_VERSION}: {sorted(state)[:6]}")
+        if state["kind"] == "reader" and state["seed"] != self.seed:
+            raise ResumeError(f"the state was saved with seed={state['seed']}, this dataset has seed={self.seed}")
+        self._saved_state = state
+        if get_worker_info() is None and state["epoch"] != self.epoch:
+            self.set_epoch(state["epoch"])
+
+    def _take_saved_state(self, epoch: int, worker_id: int, num_workers: int) -> dict | None:
+        """The state this pass resumes from (None: start the epoch afresh); a reader state is used once."""
+        state = getattr(self, "_saved_state", None)
+        if state is None or state["epoch"] != epoch:
+            return None
+        if state["kind"] == "epoch":
+            readers = state["readers"]
+            same_layout = all(r["num_workers"] == num_workers and r["world_size"] == self.world_size for r in readers)
+            if not same_layout:
+                return state
+            state = next(r for r in readers if r["rank"] == self.rank and r["worker_id"] == worker_id)
+        elif (state["worker_id"], state["num_workers"], state["rank"], state["world_size"]) != (
+                worker_id, num_workers, self.rank, self.world_size):
+            raise ResumeError(
+                f"this state belongs to worker {state['worker_id']} of {state['num_workers']} on rank "
+                f"{state['rank']} of {state['world_size']}, not to worker {worker_id} of {num_workers} on rank "
+                f"{self.rank} of {self.world_size}: to resume with another layout, load "
+                "packlab.resume.epoch_state(saved loader states) into the dataset"
+            )
+        self._saved_state = None  # used once: the next pass of this process starts its epoch afresh
+        return state
+
+    def __getstate__(self) -> dict:
+        """Pickled for spawn workers without this process's open stream (a generator holds open shards)."""
+        state = self.__dict__.copy()
+        state.pop("_stream", None)
+        state.pop("_reader", None)
+        return state
 
     def _order_depends_on_epoch(self) -> bool:
         return self.shuffle_shards or self.shuffle_buffer > 1 or self.epoch_length is not None

@@ -51,6 +51,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from packlab.data import DatasetError
 from packlab.loaders.skipping import BadSampleHandling
+from packlab.memory import SortedLookup, StringColumn, int_column
 from packlab.pack import ZIP_LABELS_MEMBER
 from packlab.storage import open_local, read_at
 from packlab.transforms import CorruptImageError, pixels_to_tensor, standard_transform
@@ -155,16 +156,17 @@ class _ZipIndex(Dataset):
 
     def _set_index(self, archive: zipfile.ZipFile, keys, transform, return_key: bool) -> None:
         all_keys, members, labels = read_index(archive, self.path)
-        if keys is None:
-            self.keys, self.members, self.labels = all_keys, members, labels
-        else:
+        if keys is not None:
             position = {k: i for i, k in enumerate(all_keys)}
             unknown = [k for k in keys if k not in position]
             if unknown:
                 raise DatasetError(f"{len(unknown)} keys are not in {self.path} (first: {unknown[:5]}).")
-            self.keys = list(keys)
-            self.members = [members[position[k]] for k in self.keys]
-            self.labels = [labels[position[k]] for k in self.keys]
+            members = [members[position[k]] for k in keys]
+            labels = [labels[position[k]] for k in keys]
+            all_keys = list(keys)
+        # One blob and one array each rather than lists of Python objects: every worker that reads a list's
+        # strings writes their reference counts and so copies their pages (packlab.memory, chapter 12).
+        self.keys, self.members, self.labels = StringColumn(all_keys), StringColumn(members), int_column(labels)
         self.transform = transform
         self.return_key = return_key
 
@@ -361,6 +363,48 @@ def member_span(info: zipfile.ZipInfo, path: Path) -> tuple:
             info.compress_type)
 
 
+class MemberSpans:
+    """:func:`member_span` of every member, kept in arrays rather than a dict of tuples.
+
+    A dict from 1.28 M member names to 7-tuples is about 9 M Python objects (names, tuples,
+    ints), and every worker that looks one up writes to several of them (reference counts)
+    and so copies their pages: some 300 bytes per member and worker (chapter 12). Here the
+    numbers sit in one ``array.array`` per field; ``spans.at(i)`` gives member ``i``'s tuple,
+    ``spans[name]`` finds the member by binary search (:class:`packlab.memory.SortedLookup`).
+    """
+
+    _FIELDS = ("offset", "extra", "stored_size", "size", "crc", "method")
+
+    def __init__(self, members: StringColumn, spans: Sequence[tuple]):
+        self.members = members
+        self._columns = {f: int_column(span[i] for span in spans) for f, i in zip(self._FIELDS, (0, 2, 3, 4, 5, 6))}
+        self._lookup = SortedLookup(members)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def at(self, index: int) -> tuple:
+        """``(header_offset, name_bytes, extra_length, stored_size, size, crc, method)`` of member ``index``."""
+        offset, extra, stored, size, crc, method = (self._columns[f][index] for f in self._FIELDS)
+        name = self.members[index]
+        return offset, name.encode("ascii" if name.isascii() else "utf-8"), extra, stored, size, crc, method
+
+    def __getitem__(self, name: str) -> tuple:
+        return self.at(self._lookup.index(name))
+
+    def __setitem__(self, name: str, span: tuple) -> None:
+        index = self._lookup.index(name)
+        for field, value in zip(self._FIELDS, (span[0], *span[2:])):
+            self._columns[field][index] = value
+
+    def __contains__(self, name: str) -> bool:
+        try:
+            self._lookup.index(name)
+        except KeyError:
+            return False
+        return True
+
+
 class PreadZipDataset(ZipDataset):
     """A :class:`ZipDataset` that reads every member with one positional read (``os.pread``).
 
@@ -388,7 +432,7 @@ class PreadZipDataset(ZipDataset):
 
     def _set_index(self, archive: zipfile.ZipFile, keys, transform, return_key: bool) -> None:
         super()._set_index(archive, keys, transform, return_key)
-        self.spans = {name: member_span(archive.getinfo(name), self.path) for name in self.members}
+        self.spans = MemberSpans(self.members, [member_span(archive.getinfo(name), self.path) for name in self.members])
 
     def open(self) -> BinaryIO:
         """The open archive file: this process's, or one inherited through ``fork`` (safe, see above)."""
@@ -398,9 +442,23 @@ class PreadZipDataset(ZipDataset):
             self._finalizer = mp_util.Finalize(self, self._archive.close, exitpriority=10)
         return self._archive
 
+    def __getitem__(self, index: int):
+        name = self.members[index]
+        self.open()  # an archive that cannot be opened at all is not a bad sample: raise in both modes
+        try:
+            return self._sample(index, self._read_span(name, self.spans.at(index)))
+        except (zipfile.BadZipFile, CorruptImageError) as exc:
+            if not self.skipping:
+                raise
+            reason = "unreadable member" if isinstance(exc, zipfile.BadZipFile) else "corrupt image"
+            return self._skip(f"{self.path}:{name}", reason, exc)
+
     def read_member(self, name: str) -> bytes:
         """One member's bytes, checked; a damaged member raises ``BadZipFile`` naming it and the archive."""
-        offset, name_bytes, extra, stored_size, size, crc, method = self.spans[name]
+        return self._read_span(name, self.spans[name])
+
+    def _read_span(self, name: str, span: tuple) -> bytes:
+        offset, name_bytes, extra, stored_size, size, crc, method = span
         expected_header = 30 + len(name_bytes) + extra
         blob = read_at(self.open(), offset, expected_header + stored_size)  # header and data, one request
         if len(blob) < 30:

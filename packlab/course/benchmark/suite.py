@@ -2,7 +2,7 @@
 
 `python -m packlab.course.benchmark` (what `make bench` runs) measures, in one process
 tree and one run: the decode ceiling of one core and of all cores at once; every loader
-of the course and its modern peers (webdataset, torchdata.nodes, SPDL) on the same
+of the course and its modern peers (webdataset, torchdata.nodes, SPDL, MosaicML Streaming, LitData) on the same
 shards with the same transform and batch size, three epochs each, interleaved; the
 worker-count sweep of the course's loaders; the small-file penalty; and any extra
 section registered in :data:`SECTIONS`. It prints a table and writes
@@ -55,12 +55,48 @@ def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] 
     from packlab.formats.bench import format_formats, measure_formats
 
     log("other formats: size, write time and read rates of every layout, 3 rounds")
-    out = measure_formats(root=root, log=lambda message: log(f"  {message}"))
+    # Three rounds on all 10,000 samples: the table's medians and ranges, no verdicts (chapter 9 draws those, on a slice).
+    out = measure_formats(root=root, runs=3, log=lambda message: log(f"  {message}"))
     out["summary"] = format_formats(out)
     return out
 
 
 SECTIONS["formats"] = _formats_section
+
+
+def _streaming_audit_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Chapter 12: MosaicML Streaming (MDS) and LitData write the whole dataset; an epoch of each, audited.
+
+    Every key exactly once, with its label, and the pixels of every sample against the
+    standard transform of its original JPEG (:mod:`packlab.audit`), read with ``cores`` workers.
+    """
+    from packlab import audit, data
+    from packlab.loaders import streaming_peers
+    from packlab.transforms import standard_transform
+
+    cores = data.available_cores()
+    manifest = data.load_manifest(root)
+    log(f"streaming libraries: MDS and LitData copies of {len(manifest):,} images, one audited epoch each")
+    reference = audit.reference_digests([s.key for s in manifest], root)
+    out: dict = {"images": len(manifest), "workers": cores}
+    for name, ensure, reader in (("MosaicML Streaming (MDS)", streaming_peers.ensure_mds, streaming_peers.mds_loader),
+                                 ("LitData", streaming_peers.ensure_litdata, streaming_peers.litdata_loader)):
+        start = time.perf_counter()
+        folder = ensure(root)
+        written = time.perf_counter() - start
+        loader = reader(folder, workers=cores, batch_size=64, transform=standard_transform, with_key=True)
+        records = audit.records_from_batches(streaming_peers.key_batches(loader))
+        report = audit.audit_epoch(records, manifest, reference)
+        size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+        out[name] = {"ok": report.ok, "summary": report.summary(), "pixels_checked": report.pixels_checked,
+                     "bytes": size, "write_or_check_seconds": written}
+        log(f"  {name}: {report.summary()} ({size / 1e9:.2f} GB)")
+    out["summary"] = "; ".join(f"{n}: {'audit OK' if out[n]['ok'] else 'AUDIT FAILED'}"
+                               for n in ("MosaicML Streaming (MDS)", "LitData"))
+    return out
+
+
+SECTIONS["streaming_audit"] = _streaming_audit_section
 
 
 def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
@@ -131,7 +167,7 @@ def run_benchmark(
     * ``loaders``: per loader the epochs, median, min and max images/s, and
       :func:`where_the_time_goes` in its median epoch;
     * ``best_vs_ceiling``: our best loader's median / the parallel ceiling;
-      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL);
+      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL, MosaicML Streaming, LitData);
     * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
       the time accounting that says what held the loader back;
     * ``batch_memory``: filling a batch in fresh against reused memory (per image);

@@ -1,0 +1,261 @@
+"""Exercise 11's check can fail: wrong resumable readers fail the part that names their mistake, and only that one.
+
+Each wrong reader makes one mistake people make when they add a position to a shard
+reader: it counts its position in chunks (a batch of its own) rather than sample by sample;
+it saves how far it read the shards but forgets the samples in its shuffle buffer; it
+saves enough for exactly once but not the buffer generator's state, so the resumed order
+is another; it keeps one count for the whole loader (a counter in shared memory, the way
+the course shares the epoch), not one per worker. A correct reader written differently
+from the solution (it saves where each buffered sample came from and the generator's
+state, instead of replaying) passes every part. The solution and the untouched stub are
+checked by tests/test_exercises.py (full marks, and zero).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from packlab.course.grading import check
+from packlab.loaders.tar import iter_shard_samples
+from packlab.transforms import standard_transform
+
+PARTS = {"sample_granularity", "buffer", "same_order", "killed_fork", "killed_spawn"}
+
+
+def failed_parts(candidate) -> set[str]:
+    result = check("resumable_reader", candidate, quiet=True, record=False)
+    assert {part.name for part in result.parts} == PARTS
+    return {part.name for part in result.parts if not part.passed}
+
+
+class _Base(IterableDataset):
+    """What the wrong readers share: the arguments, the worker's place, the stream of samples."""
+
+    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False):
+        self.shards = [str(s) for s in shards]
+        self.shuffle_buffer, self.seed = shuffle_buffer, seed
+        self.transform = transform or standard_transform
+        self.return_key = return_key
+        self.position, self.saved = None, None
+
+    @staticmethod
+    def place():
+        info = get_worker_info()
+        return (info.id, info.num_workers) if info is not None else (0, 1)
+
+    def item(self, sample):
+        image = self.transform(sample.image_bytes)
+        return (image, sample.label, sample.key) if self.return_key else (image, sample.label)
+
+    def stream(self, worker, workers, rng=None):
+        samples = (s for shard in self.shards[worker::workers] for s in iter_shard_samples(shard))
+        if self.shuffle_buffer <= 1:
+            yield from samples
+            return
+        rng, buffer = rng or random.Random(f"{self.seed}-{worker}"), []
+        for sample in samples:
+            if len(buffer) < self.shuffle_buffer:
+                buffer.append(sample)
+                continue
+            index = rng.randrange(len(buffer))
+            yield buffer[index]
+            buffer[index] = sample
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def state_dict(self):
+        return dict(self.position) if self.position else {"delivered": 0}
+
+    def load_state_dict(self, state):
+        self.saved = dict(state)
+
+
+class ChunkCountingReader(_Base):
+    """Reads 8 samples at a time and counts them all at once: the position is right only between chunks."""
+
+    def __iter__(self):
+        worker, workers = self.place()
+        skip = (self.saved or {}).get("delivered", 0)
+        self.saved = None
+        self.position = {"delivered": skip}
+        samples = self.stream(worker, workers)
+        for _ in range(skip):
+            next(samples)
+        while True:
+            chunk = [s for _, s in zip(range(8), samples)]
+            if not chunk:
+                return
+            self.position["delivered"] += len(chunk)
+            for sample in chunk:
+                yield self.item(sample)
+
+
+class BufferLosingReader(_Base):
+    """Saves how many samples it read from the shards, and where the buffer's generator stood, but not the buffer."""
+
+    def __iter__(self):
+        worker, workers = self.place()
+        saved, self.saved = self.saved, None
+        rng = random.Random(f"{self.seed}-{worker}")
+        read = 0
+        if saved and "rng" in saved:
+            rng.setstate((saved["rng"][0], tuple(saved["rng"][1]), saved["rng"][2]))
+            read = saved["read"]
+        samples = (s for shard in self.shards[worker::workers] for s in iter_shard_samples(shard))
+        for _ in range(read):
+            next(samples)
+        buffer = []
+        self.position = {"read": read, "rng": None}
+
+        def save():
+            version, internal, gauss = rng.getstate()
+            self.position = {"read": read, "rng": [version, list(internal), gauss]}
+
+        save()
+        for sample in samples:
+            read += 1
+            if len(buffer) < max(1, self.shuffle_buffer):
+                buffer.append(sample)
+                if self.shuffle_buffer > 1:
+                    continue
+            index = rng.randrange(len(buffer))
+            out = buffer[index]
+            buffer[index] = sample
+            if self.shuffle_buffer <= 1:
+                buffer.clear()
+            save()
+            yield self.item(out)
+        rng.shuffle(buffer)
+        for sample in buffer:
+            save()
+            yield self.item(sample)
+
+
+class ReseededReader(_Base):
+    """Saves the buffer (where each sample came from) and the read position, but draws with a fresh generator after a resume."""
+
+    def __iter__(self):
+        worker, workers = self.place()
+        saved, self.saved = self.saved, None
+        mine = self.shards[worker::workers]
+        read, buffer_refs = (saved["read"], [tuple(r) for r in saved["buffer"]]) if saved and "read" in saved else (0, [])
+        everything = [(i, p, s) for i, shard in enumerate(mine) for p, s in enumerate(iter_shard_samples(shard))]
+        by_ref = {(i, p): s for i, p, s in everything}
+        buffer = [(ref, by_ref[ref]) for ref in buffer_refs]
+        rng = random.Random(f"{self.seed}-{worker}-{read}")  # another generator after every resume
+
+        def save():
+            self.position = {"read": read, "buffer": [list(ref) for ref, _ in buffer]}
+
+        save()
+        size = max(1, self.shuffle_buffer)
+        for i, p, sample in everything[read:]:
+            read += 1
+            if self.shuffle_buffer <= 1:
+                save()
+                yield self.item(sample)
+                continue
+            if len(buffer) < size:
+                buffer.append(((i, p), sample))
+                save()
+                continue
+            index = rng.randrange(len(buffer))
+            out = buffer[index]
+            buffer[index] = ((i, p), sample)
+            save()
+            yield self.item(out[1])
+        rng.shuffle(buffer)
+        while buffer:
+            out = buffer.pop(0)
+            save()
+            yield self.item(out[1])
+
+
+class SharedCountReader(_Base):
+    """One count for the whole loader, in shared memory (as the course shares the epoch): not per worker."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delivered = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def state_dict(self):
+        return {"delivered": int(self.delivered[0])}
+
+    def __iter__(self):
+        worker, workers = self.place()
+        skip = (self.saved or {}).get("delivered", 0)
+        self.saved = None
+        self.delivered[0] = skip
+        for count, sample in enumerate(self.stream(worker, workers), start=1):
+            if count <= skip:
+                continue
+            self.delivered[0] += 1
+            yield self.item(sample)
+
+
+WRONG = {
+    "counts in chunks of 8": (ChunkCountingReader, {"sample_granularity"}),
+    "loses the buffer": (BufferLosingReader, {"buffer", "same_order"}),
+    "reseeds on resume": (ReseededReader, {"same_order"}),
+    "one count for all workers": (SharedCountReader, {"killed_fork", "killed_spawn"}),
+}
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_each_wrong_reader_fails_the_part_that_names_its_mistake(name):
+    candidate, mistakes = WRONG[name]
+    assert failed_parts(candidate) == mistakes
+
+
+class RefillingReader(_Base):
+    """Correct, without replay: saves the read position, where each buffered sample came from, and the generator."""
+
+    def __iter__(self):
+        worker, workers = self.place()
+        saved, self.saved = self.saved, None
+        mine = self.shards[worker::workers]
+        rng = random.Random(f"{self.seed}-{worker}")
+        read, refs, draining = 0, [], False
+        if saved and "read" in saved:
+            read, refs, draining = saved["read"], [tuple(r) for r in saved["buffer"]], saved["draining"]
+            rng.setstate((saved["rng"][0], tuple(saved["rng"][1]), saved["rng"][2]))
+        numbered = [((i, p), s) for i, shard in enumerate(mine) for p, s in enumerate(iter_shard_samples(shard))]
+        lookup = dict(numbered)
+        buffer = [(ref, lookup[ref]) for ref in refs]
+
+        def save():
+            version, internal, gauss = rng.getstate()
+            self.position = {"read": read, "buffer": [list(r) for r, _ in buffer], "draining": draining,
+                             "rng": [version, list(internal), gauss]}
+
+        save()
+        if not draining:
+            for ref, sample in numbered[read:]:
+                read += 1
+                if self.shuffle_buffer <= 1:
+                    save()
+                    yield self.item(sample)
+                    continue
+                if len(buffer) < self.shuffle_buffer:
+                    buffer.append((ref, sample))
+                    save()
+                    continue
+                index = rng.randrange(len(buffer))
+                out, buffer[index] = buffer[index], (ref, sample)
+                save()
+                yield self.item(out[1])
+            draining = True
+            rng.shuffle(buffer)
+            save()
+        while buffer:
+            _, sample = buffer.pop(0)
+            save()
+            yield self.item(sample)
+
+
+def test_a_correct_reader_written_differently_passes_every_part():
+    assert failed_parts(RefillingReader) == set()

@@ -1,0 +1,144 @@
+"""The chapters' generated sentences read correctly for every verdict, and for tiny numbers.
+
+Each helper of :mod:`packlab.course.narration` is called with made-up measurements on
+both sides of each verdict: clearly higher, clearly lower, and not clearly different
+(six rounds each, as :data:`packlab.bench.ROUNDS`), and with durations of a few
+milliseconds where a sentence cites one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from packlab.bench import Spread
+from packlab.course.narration import ch06, ch07, ch08, ch10
+from packlab.course.prose import seconds_text
+
+
+def runs(centre: float, spread: float = 0.02) -> Spread:
+    """Six runs around ``centre``, within ``spread`` of it."""
+    return Spread.of(centre * (1 + spread * (i - 2.5) / 2.5) for i in range(6))
+
+
+HIGH, LOW, SAME = runs(200), runs(100), runs(101)
+
+
+@pytest.mark.parametrize("seconds, text", [(0.0004, "under 1 ms"), (0.04, "40 ms"), (0.35, "0.35 s"), (1.44, "1.4 s"),
+                                           (12.3, "12 s"), (0.0, "under 1 ms")])
+def test_durations_never_read_as_zero_seconds(seconds, text):
+    assert seconds_text(seconds) == text
+
+
+def test_the_shard_table_sentence_counts_ranks_with_each_share():
+    figures = ch06.shard_count_figures(140, 8, ranks=16)
+    assert (figures["ranks_with_more"], figures["more_shards"], figures["ranks_with_fewer"], figures["fewer_shards"]) == (
+        12, 9, 4, 8)
+    assert figures["equal_ranks_16"] == 144 and figures["equal_readers_16"] == 256
+    assert figures["extra_batches_pct"] == "12.5"
+
+
+def test_with_epoch_counts_per_worker():
+    counted = {("samples", 0): (100, 100), ("samples", 2): (200, 200), ("batches", 2): (200, 3200)}
+    figures = ch06.with_epoch_figures(100, 2, 16, counted)
+    assert figures["wds_samples"] == "200" and figures["wds_batch_samples"] == "3,200" and figures["wds_per_worker"] == "50"
+
+
+def test_the_loaders_summary_states_a_null_result_as_one():
+    null = ch08.loaders_figures({"dl": SAME, "fresh": LOW.scaled(1.0), "recycled": SAME, "recycling": SAME}, 400.0, 3)
+    assert null["loaders_outcome"].startswith("none of the three was clearly different from the DataLoader")
+    assert null["threads_vs_dl"] == "not clearly different from the DataLoader"
+    clear = ch08.loaders_figures({"dl": LOW, "fresh": LOW, "recycled": HIGH, "recycling": SAME}, 400.0, 3)
+    assert clear["loaders_outcome"] == "the thread loader with recycled buffers faster than the DataLoader, clearly"
+    assert clear["threads_vs_dl"] == "faster than the DataLoader"
+
+
+@pytest.mark.parametrize("torch_gain, words", [(runs(2.0), "lost nothing"), (runs(1.2), "gained less")])
+def test_the_conversion_sentence_follows_the_measurement(torch_gain, words):
+    assert words in ch08.conversion_sentence(torch_gain, runs(1.9))
+
+
+def test_the_copy_share_is_given_only_for_a_clear_difference():
+    clear = ch08.copy_figures({"private batch": runs(40.0), "batch already in shared memory": runs(0.1)},
+                              {"a": True, "b": False}, 64, 3.0)
+    assert clear["pickle_verdict"] == "clearly dearer" and clear["copy_share"].endswith("%")
+    null = ch08.copy_figures({"private batch": runs(0.1), "batch already in shared memory": runs(0.1)},
+                             {"a": True}, 64, 3.0)
+    assert null["pickle_verdict"] == "not clearly different" and null["copy_share"] == "no clear share"
+
+
+def test_reading_sentences_cover_every_verdict():
+    rates = {"local files": HIGH, "S3, TarShardDataset": LOW, "S3, webdataset": SAME}
+    figures = ch10.reading_figures(rates, 0.1)
+    assert figures["s3_verdict"] == "local files were read 2.0 times faster than the object store"
+    assert figures["library_verdict"] == "there was no clear difference between our loader and webdataset over S3"
+    rates = {"local files": LOW, "S3, TarShardDataset": HIGH, "S3, webdataset": LOW}
+    figures = ch10.reading_figures(rates, 0.1)
+    assert figures["s3_verdict"] == "the object store was read 2.0 times faster than local files"
+    assert figures["library_verdict"] == "our loader was 2.0 times faster than webdataset over S3"
+
+
+def test_parsing_explains_a_gap_only_where_there_is_one():
+    rates = {"S3, TarShardDataset": runs(5000), "S3, webdataset": runs(4000)}
+    figures = ch10.parsing_figures({"ours": runs(200), "webdataset": runs(600)}, rates, 1000, 2)
+    assert "accounts for" in figures["parse_explains"] and figures["parse_verdict"] == "3.0 times slower"
+    figures = ch10.parsing_figures({"ours": runs(200), "webdataset": runs(201)}, rates, 1000, 2)
+    assert figures["parse_explains"].startswith("webdataset's reader was not clearly slower")
+
+
+def test_a_kill_noticed_at_once_reads_as_such():
+    assert ch10.after_the_kill(0.004) == "at once (4 ms)" and ch10.after_the_kill(2.5) == "2.5 s"
+    assert ch10.retry_figures(2, 0)["resume_saving"].startswith("none of the failures came part-way")
+    assert ch10.retry_figures(2, 3_500_000)["resume_saving"].endswith("3.5 MB again")
+
+
+def test_staging_gives_a_break_even_only_where_reading_in_place_was_clearly_slower():
+    clear = ch10.staging_figures(runs(1.2), runs(1.1), runs(0.2), 1.3, 1.5, 1.1, 1.1, 1.1)
+    assert clear["staging_verdict"].startswith("staging paid for itself after 1.3 epochs")
+    null = ch10.staging_figures(runs(1.2), runs(0.2), runs(0.2), float("inf"), 1, 1, 1.1, 1.1)
+    assert null["staging_verdict"].startswith("reading in place was not clearly slower")
+
+
+def test_the_sweep_sentences_follow_the_rounds():
+    alone = {0: LOW, 2: HIGH}
+    figures = ch07.sweep_figures(alone, runs(150), {0: runs(60), 2: runs(110)}, runs(60), runs(1.0, 0.05),
+                                 250.0, 2, 1.0, 1.5)
+    assert figures["bottleneck_verdict"] == ("the loader alone was slower than the model with 0 workers; "
+                                             "faster than the model with 2 workers")
+    assert figures["serial_where"].endswith("held within 10 % in every round")
+    assert figures["cores_per_a100"] == "25" and figures["alone_0_to_all"] == "2.0 times faster"
+    below = ch07.sweep_figures(alone, runs(150), {0: runs(60), 2: runs(110)}, runs(60), runs(0.7, 0.05),
+                               250.0, 2, 1.0, 1.5)
+    assert "below the prediction in every round" in below["serial_where"]
+
+
+def test_payback_is_given_only_for_a_clear_saving():
+    assert "pays for itself after" in ch07.payback_text(runs(300), runs(150), runs(100), 10_000)
+    assert ch07.payback_text(runs(150), runs(151), runs(100), 10_000).startswith(
+        "training on raw pixels was not clearly faster")
+
+
+def test_the_thread_sentence_says_what_torch_followed():
+    report = {"cores it may run on (affinity)": 2, "CPU-time quota (cgroup)": None, "torch's default here": 2,
+              "torch's default, allowed one core (affinity)": 1}
+    sentence = ch07.thread_limit_figures(report)["threads_under_limits"]
+    assert "needs root" in sentence and "no CPU-time quota" in sentence and "started 1: torch follows" in sentence
+    del report["torch's default, allowed one core (affinity)"]
+    report["torch's default, allowed one CPU of time (cgroup quota)"] = 2
+    assert "the quota was invisible to it" in ch07.thread_limit_figures(report)["threads_under_limits"]
+
+
+def test_the_penalty_sentences_compare_both_zip_readers():
+    layouts = ("folder", "zip", "zip_pread", "tar")
+    rates = {("network model", layout): runs(rate) for layout, rate in zip(layouts, (400, 700, 1400, 3000))}
+    rates.update({("cold, all caches", layout): runs(rate) for layout, rate in zip(layouts, (3000, 2000, 3030, 8000))})
+    rates.update({("warm", layout): runs(rate) for layout, rate in zip(layouts, (9000, 9000, 9000, 20000))})
+    predicted = {"zip_requests_per_member": 1.97, "zip_bytes_per_member": 190_000, "mean_file_bytes": 107_000}
+    figures = ch07.penalty_figures(rates, dict(zip(layouts, (500, 1400, 2800, 7000))), (7.5, 7, 8), "all caches",
+                                   predicted)
+    assert figures["cold_ranking"] == ("against the folder, the zip through ZipFile: 1.5 times slower; the zip with "
+                                       "pread: no clear difference; tar shards: 2.7 times faster")
+    assert figures["zip_reader_lesson"].startswith("PreadZipDataset against ZipDataset, the same archive: 2.0 times faster")
+    assert "the folder 80%" in figures["prediction_shares"]
+    cold_less = {key: value for key, value in rates.items() if key[0] == "network model"}
+    figures = ch07.penalty_figures(cold_less, dict(zip(layouts, (500, 1400, 2800, 7000))), (7.5, 7, 8), None, predicted)
+    assert figures["cold_ranking"].startswith("cold reads were not measured")

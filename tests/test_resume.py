@@ -1,0 +1,197 @@
+"""Checkpoint and resume mid-epoch: every sample exactly once over the runs, killed or stopped anywhere.
+
+* :class:`packlab.resume.ShardStream` delivers what ``shuffle_buffer`` delivers, and a
+  state taken between any two samples goes on with exactly the rest;
+* ``TarShardDataset`` through torchdata's ``StatefulDataLoader``: a loop killed with
+  SIGKILL at three points, under ``fork`` and ``spawn``, and one stopped with SIGTERM
+  (checkpoint on the way out), each resumed in a new process: the keys the checkpoints
+  record are the uninterrupted run's, in its order;
+* another worker count or another number of ranks after the stop: ``StatefulDataLoader``
+  refuses the state, the epoch state re-split over the new readers keeps exactly once.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections import Counter
+
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from packlab import pack, preemption, resume
+from packlab.loaders.tar import TarShardDataset, iter_shard_samples, shuffle_buffer, skip_decode
+
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def shards(small_manifest, small_root, tmp_path_factory):
+    """The 60 samples in 6 shards of 10 (2 or 3 ranks, up to 3 workers each, all get shards)."""
+    folder = tmp_path_factory.mktemp("resume-shards")
+    return [str(p) for p in pack.write_tar_shards(folder, root=small_root, maxcount=10, progress=False)]
+
+
+def _dataset(shards, **options):
+    options = {"shuffle_buffer": 10, "seed": 5, "transform": skip_decode, "return_key": True, **options}
+    return TarShardDataset(shards, **options)
+
+
+def _keys(loader, stop_after=None):
+    keys = []
+    for step, (_, _, batch) in enumerate(loader, start=1):
+        keys += list(batch)
+        if step == stop_after:
+            break
+    return keys
+
+
+def test_the_stream_delivers_what_the_shuffle_buffer_delivers(shards):
+    samples = lambda: (s for shard in shards for s in iter_shard_samples(shard))  # noqa: E731
+    expected = [s.key for s in shuffle_buffer(samples(), 10, random.Random("x"))]
+    stream = resume.ShardStream([resume.Piece(s) for s in shards], iter_shard_samples, 10, random.Random("x"))
+    assert [s.key for s in stream] == expected
+
+
+@pytest.mark.parametrize("buffer", [0, 10, 100])
+def test_a_state_taken_between_any_two_samples_goes_on_with_exactly_the_rest(shards, buffer):
+    pieces = [resume.Piece(s) for s in shards]
+    whole = [s.key for s in resume.ShardStream(pieces, iter_shard_samples, buffer, random.Random(1))]
+    for stop in range(0, len(whole) + 1, 3):
+        stream = resume.ShardStream(pieces, iter_shard_samples, buffer, random.Random(1))
+        first = [next(stream).key for _ in range(stop)]
+        state = stream.state()
+        stream.close()
+        rest = [s.key for s in resume.ShardStream.restore(state, iter_shard_samples)]
+        assert first + rest == whole, f"stopped after {stop}"
+        left = resume.pieces_left(state)
+        again = [s.key for p in left for _, s in resume.read_piece(p, iter_shard_samples)]
+        assert sorted(again) == sorted(rest)
+
+
+def test_a_shard_that_changed_since_the_state_is_reported(shards, tmp_path):
+    stream = resume.ShardStream([resume.Piece(s) for s in shards], iter_shard_samples, 10, random.Random(0))
+    for _ in range(12):
+        next(stream)
+    state = stream.state()
+    stream.close()
+    state["buffer"][0][2] = "not-the-key"
+    with pytest.raises(resume.ResumeError, match="changed since the state was saved"):
+        resume.ShardStream.restore(state, iter_shard_samples)
+
+
+@pytest.mark.parametrize("workers, method", [(0, None), (2, "fork")])
+def test_stateful_dataloader_resumes_in_the_uninterrupted_order(shards, workers, method):
+    options = dict(batch_size=BATCH, num_workers=workers, multiprocessing_context=method)
+    whole = _keys(StatefulDataLoader(_dataset(shards), **options))
+    assert sorted(whole) == sorted(s for shard in shards for s in (x.key for x in iter_shard_samples(shard)))
+    loader = StatefulDataLoader(_dataset(shards), **options)
+    first = _keys(loader, stop_after=5)
+    state = loader.state_dict()
+    del loader
+    again = StatefulDataLoader(_dataset(shards), **options)
+    again.load_state_dict(state)
+    assert first + _keys(again) == whole
+
+
+def test_the_main_process_dataset_knows_nothing_of_what_workers_read(shards):
+    dataset = _dataset(shards)
+    loader = StatefulDataLoader(dataset, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
+    _keys(loader, stop_after=5)
+    assert dataset.state_dict()["stream"] is None  # the workers' positions are in loader.state_dict() only
+    workers = resume.reader_states(loader.state_dict())
+    assert [w["worker_id"] for w in workers] == [0, 1] and all(w["stream"]["delivered"] > 0 for w in workers)
+
+
+@pytest.mark.parametrize("after", [1, 3])
+def test_another_worker_count_is_refused_by_stateful_dataloader_and_works_through_the_epoch_state(shards, after):
+    options = dict(batch_size=BATCH, multiprocessing_context="fork")
+    loader = StatefulDataLoader(_dataset(shards), num_workers=2, **options)
+    first = _keys(loader, stop_after=5)
+    state = loader.state_dict()
+    del loader
+    refusing = StatefulDataLoader(_dataset(shards), num_workers=after, **options)
+    refusing.load_state_dict(state)
+    with pytest.raises(AssertionError):
+        next(iter(refusing))
+    dataset = _dataset(shards)
+    dataset.load_state_dict(resume.epoch_state(state))
+    rest = _keys(StatefulDataLoader(dataset, num_workers=after, **options))
+    counts = Counter(first + rest)
+    assert len(counts) == 60 and set(counts.values()) == {1}
+
+
+def test_another_number_of_ranks_keeps_exactly_once(shards):
+    """Two ranks stop after 3 steps each; one rank (then three) read what is left."""
+    def rank_loader(rank, world_size, dataset=None):
+        dataset = dataset or _dataset(shards, rank=rank, world_size=world_size)
+        return StatefulDataLoader(dataset, batch_size=BATCH, num_workers=1, multiprocessing_context="fork")
+
+    loaders = [rank_loader(r, 2) for r in range(2)]
+    first = [k for loader in loaders for k in _keys(loader, stop_after=3)]
+    saved = resume.epoch_state(*(loader.state_dict() for loader in loaders))
+    for world_size in (1, 3):
+        rest = []
+        for rank in range(world_size):
+            dataset = _dataset(shards, rank=rank, world_size=world_size)
+            dataset.load_state_dict(saved)
+            rest += _keys(rank_loader(rank, world_size, dataset))
+        counts = Counter(first + rest)
+        assert len(counts) == 60 and set(counts.values()) == {1}, f"2 ranks -> {world_size}"
+
+
+def test_an_epoch_state_missing_a_rank_is_refused(shards):
+    loaders = [StatefulDataLoader(_dataset(shards, rank=r, world_size=2), batch_size=BATCH) for r in range(2)]
+    for loader in loaders:
+        _keys(loader, stop_after=2)
+    with pytest.raises(resume.ResumeError, match="every rank"):
+        resume.epoch_state(loaders[0].state_dict())
+
+
+# ------------------------------------------------------------- killed in another process
+
+
+def _uninterrupted(shards):
+    return _keys(StatefulDataLoader(_dataset(shards, shuffle_buffer=50, seed=0), batch_size=8, num_workers=2,
+                                    multiprocessing_context="fork"))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("stop_after", [1, 3, 6])
+def test_a_loop_killed_mid_epoch_resumes_with_every_sample_once(shards, tmp_path, method, stop_after):
+    """SIGKILL to the loop and its workers after step 1 (before any checkpoint), 3 and 6 (checkpoints every 2)."""
+    checkpoint = tmp_path / "checkpoint.pt"
+    arguments = ["--shards", pack.brace_pattern(shards), "--checkpoint", checkpoint, "--workers", 2,
+                 "--start-method", method, "--batch-size", 8, "--every", 2]
+    status, output = preemption.run_and_stop(arguments, stop_after, signal.SIGKILL)
+    assert status == -signal.SIGKILL, output
+    status, output = preemption.run_to_end(arguments)
+    assert status == 0, output
+    saved = torch.load(checkpoint, weights_only=True)
+    assert saved["done"] and saved["runs"] == (1 if stop_after < 2 else 2)
+    assert saved["keys"] == _uninterrupted(shards), "the resumed epoch differs from the uninterrupted one"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_sigterm_writes_a_checkpoint_on_the_way_out(shards, tmp_path, method):
+    checkpoint = tmp_path / "checkpoint.pt"
+    arguments = ["--shards", pack.brace_pattern(shards), "--checkpoint", checkpoint, "--workers", 2,
+                 "--start-method", method, "--batch-size", 8, "--every", 100]
+    status, output = preemption.run_and_stop(arguments, 3, signal.SIGTERM)
+    assert status == preemption.STOPPED_EXIT_CODE, output
+    assert torch.load(checkpoint, weights_only=True)["step"] == 3
+    status, output = preemption.run_to_end(arguments)
+    assert status == 0 and "over 2 run(s)" in output, output
+    assert torch.load(checkpoint, weights_only=True)["keys"] == _uninterrupted(shards)
+
+
+def test_a_loop_resumed_with_another_worker_count_keeps_exactly_once(shards, tmp_path):
+    checkpoint = tmp_path / "checkpoint.pt"
+    arguments = ["--shards", pack.brace_pattern(shards), "--checkpoint", checkpoint, "--batch-size", 8]
+    status, output = preemption.run_and_stop([*arguments, "--workers", 2], 3, signal.SIGTERM)
+    assert status == preemption.STOPPED_EXIT_CODE, output
+    status, output = preemption.run_to_end([*arguments, "--workers", 3])
+    assert status == 0 and "2 -> 3 workers" in output, output
+    counts = Counter(torch.load(checkpoint, weights_only=True)["keys"])
+    assert len(counts) == 60 and set(counts.values()) == {1}
