@@ -126,6 +126,13 @@ NUDGES: dict[str, dict[str, str]] = {
         "waits": "chapter 10: wait longer after each failure",
         "damage_not_retried": "a damaged shard stays damaged: only a broken connection is worth another attempt",
     },
+    "resumable_reader": {
+        "sample_granularity": "chapter 12: where does a reader stand after the last sample it handed out?",
+        "buffer": "a sample that was read into the shuffle buffer is not yet delivered",
+        "same_order": "resuming must continue the very epoch that was interrupted, random choices included",
+        "killed_fork": "each worker reads its own shards: whose position is saved, and where does it live?",
+        "killed_spawn": "what is saved must survive being written to a file and read back in a new process",
+    },
 }
 
 #: Groups of parts, for staging a long exercise: ``{check id: {stage: (part names, ...)}}``.
