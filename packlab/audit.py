@@ -12,6 +12,12 @@ numbers mean nothing until an epoch has been audited:
 Loaders under audit yield ``(images, labels, keys)`` batches (the reference datasets in
 :mod:`packlab.loaders` do with ``return_key=True``). Pixels are compared through short
 digests so an epoch's worth of records stays small and can cross process boundaries.
+
+A batch that crosses as **uint8** (:func:`packlab.loaders.batching.collate_uint8_batch`,
+for the consumer to convert) is audited as the standard float batch it stands for: each
+image is converted with the standard arithmetic (``float32(pixel) / 255``) before its
+digest is taken, so the same reference serves both, and a uint8 image passes exactly
+when converting it gives the standard transform's pixels bit for bit.
 """
 
 from __future__ import annotations
@@ -26,6 +32,16 @@ import torch
 
 from packlab import data
 from packlab.transforms import standard_transform
+
+
+def as_standard(image: torch.Tensor) -> torch.Tensor:
+    """A uint8 C x H x W image as the standard float tensor (``float32(pixel) / 255``); other tensors as they are."""
+    image = image.detach().cpu()
+    if image.dtype != torch.uint8:
+        return image
+    out = torch.empty(image.shape, dtype=torch.float32)
+    torch.div(image, 255, out=out)  # the arithmetic of packlab.transforms.to_tensor
+    return out
 
 
 def tensor_digest(image: torch.Tensor) -> str:
@@ -54,12 +70,15 @@ def reference_digests(keys: Iterable[str], root: Path | None = None) -> dict[str
 
 
 def records_from_batches(batches: Iterable, with_pixels: bool = True) -> list[tuple[str, int, str | None]]:
-    """Flatten ``(images, labels, keys)`` batches into ``(key, label, pixel digest)`` records."""
+    """Flatten ``(images, labels, keys)`` batches into ``(key, label, pixel digest)`` records.
+
+    uint8 images are digested as the standard float tensor they stand for (:func:`as_standard`).
+    """
     records = []
     for images, labels, keys in batches:
         labels = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
         for i, key in enumerate(keys):
-            digest = tensor_digest(images[i]) if with_pixels else None
+            digest = tensor_digest(as_standard(images[i])) if with_pixels else None
             records.append((str(key), int(labels[i]), digest))
     return records
 

@@ -477,6 +477,31 @@ def _cycle(values: Sequence):
         yield from values
 
 
+def plot_storage_tradeoff(rows: Sequence[Mapping], ax=None, title: str | None = None, caption: str | None = None):
+    """Bytes stored per image against the time to get a 256 x 256 uint8 image back, one marker per way of storing.
+
+    Each row has ``name``, ``kb`` (kilobytes per image), ``median``, ``low`` and ``high``
+    (microseconds per image to decode, and resize where needed) and ``psnr`` (dB against
+    the standard transform; ``inf`` when identical). The label beside each marker gives
+    the PSNR, so the three quantities are read together.
+    """
+    fig, ax = _fig_ax(ax, figsize=(7.5, 4.6))
+    for index, row in enumerate(rows):
+        colour, marker = PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)]
+        ax.errorbar(row["kb"], row["median"], yerr=[[row["median"] - row["low"]], [row["high"] - row["median"]]],
+                    fmt=marker, color=colour, markersize=8, capsize=3,
+                    label=f"{row['name']} ({'exact' if row['psnr'] == float('inf') else format(row['psnr'], '.1f') + ' dB'})")
+    ax.set_xscale("log")
+    ax.set_xlabel("stored bytes per image (kB, log scale)")
+    ax.set_ylabel("decode (+ resize) per image (µs)")
+    ax.set_ylim(bottom=0)
+    ax.legend(title="stored as (PSNR against the standard)", fontsize=SMALL, title_fontsize=SMALL,
+              loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if title:
+        ax.set_title(title)
+    return _finish(fig, caption)
+
+
 def _fig_ax(ax, figsize):
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize)

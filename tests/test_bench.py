@@ -108,7 +108,7 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
     import shutil
 
     from packlab.course.benchmark import GOALS, SECTIONS, format_benchmark, run_benchmark
-    from packlab.loaders.lineup import OURS, PEER, SWEPT, loader_factories
+    from packlab.loaders.lineup import OURS, PEER, STORED_OURS, SWEPT, loader_factories
 
     root = tmp_path / "data"
     shutil.copytree(small_root, root)
@@ -122,7 +122,7 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
         assert written[key], key
     assert written["parallel_ceiling"] > 0 and len(written["parallel_ceiling_runs"]) == 3
     names = {r["loader"] for r in written["loaders"]}
-    assert names == set(loader_factories(root, ["x.tar"], "x.zip"))
+    assert names == set(loader_factories(root, ["x.tar"], "x.zip", stored_shards=["y.tar"]))
     assert {"threads, tar shards", "recycling, tar shards", "webdataset", "torchdata.nodes, threads",
             "torchdata.nodes, processes", "SPDL, threads"} <= names
     for row in written["loaders"]:
@@ -139,7 +139,15 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
         assert (goal["limit"] is None) == goal["reached"], "a missed goal must say what limits it"
     assert {(r["loader"], r["workers"]) for r in written["sweep"]} == {(name, 0) for name in SWEPT}
     assert written["small_files"]["modelled_files_per_s"]["tar"] > 0
+    past = written["past_the_ceiling"]
+    stored_best = max((r for r in written["loaders"] if r["group"] == STORED_OURS), key=lambda r: r["median_images_per_s"])
+    assert past["pipeline"] == stored_best["loader"] and 0 < past["storage_ratio"] <= 1.0
+    assert written["ratios"]["fastest_vs_full_decode_ceiling"] == stored_best["median_images_per_s"] / written[
+        "parallel_ceiling"]
+    assert 30 < past["pixel_error"]["psnr_db"] < 60 and past["pixel_error"]["images"] == 60
+    assert written["gpu"]["cuda"] == torch.cuda.is_available() and written["gpu"]["summary"]
     text = format_benchmark(results)
+    assert "past the decode ceiling" in text and "PSNR" in text
     assert "processes at once" in text and "reused shared" in text
     assert "best_vs_ceiling" in text and "ours_vs_best_peer" in text and any("turn 3/3" in line for line in lines)
 

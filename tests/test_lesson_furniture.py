@@ -99,6 +99,10 @@ def figures(tmp_path_factory):
                                           ("one zip", "JPEG: decode + resize"): Spread.of([305, 300, 315]),
                                           ("one zip", "raw pixels: no decode"): Spread.of([1300, 1250, 1350])},
                                    title="a title"),
+        "plot_storage_tradeoff": dict(rows=[{"name": "JPEG, ImageNet size", "kb": 110, "median": 2500, "low": 2400,
+                                              "high": 2600, "psnr": float("inf")},
+                                             {"name": "JPEG at 256 px", "kb": 25, "median": 600, "low": 580, "high": 650,
+                                              "psnr": 42.0}], title="a title"),
         "plot_worker_memory": dict(series={
             "a list of keys": [{"worker": w, "fraction": f, "uss_growth": 1e6 * (w + 1) * f} for w in (0, 1) for f in (0.1, 0.5, 1.0)],
             "a numpy array": [{"worker": w, "fraction": f, "uss_growth": 1e5 * f} for w in (0, 1) for f in (0.1, 0.5, 1.0)],

@@ -26,8 +26,9 @@ process and differ in how they run the decoding in parallel:
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from packlab.loaders.batching import collate_uint8_images
 from packlab.loaders.tar import epoch_shard_order, iter_shard_samples, shuffle_buffer
@@ -55,9 +56,9 @@ def shard_samples(shards: Sequence[str], seed: int = 0, buffer: int = 1000) -> I
     return Stream()
 
 
-def decode_sample(sample) -> tuple:
-    """An undecoded shard sample to ``(uint8 pixels, label)`` with the course's transform."""
-    return decode_and_resize(sample.image_bytes, sample.source), sample.label
+def decode_sample(sample, transform: Callable = decode_and_resize) -> tuple:
+    """An undecoded shard sample to ``(uint8 pixels, label)`` with the course's transform (or ``transform``)."""
+    return transform(sample.image_bytes, sample.source), sample.label
 
 
 def decode_batch(samples: Sequence) -> list:
@@ -91,11 +92,14 @@ class SpdlPipelineLoader:
     """SPDL: shard stream -> decode_sample on ``workers`` threads -> aggregate -> collate, a pipeline per epoch.
 
     Each pass builds and starts a pipeline and stops it at the end (or when the loop
-    breaks early): a ``Pipeline`` is iterated once.
+    breaks early): a ``Pipeline`` is iterated once. ``transform(bytes, source)`` and
+    ``collate`` default to the course's; the benchmark's stored-JPEG rows pass their own.
     """
 
-    def __init__(self, shards: Sequence[str], workers: int = 2, batch_size: int = 64, seed: int = 0):
+    def __init__(self, shards: Sequence[str], workers: int = 2, batch_size: int = 64, seed: int = 0,
+                 transform: Callable = decode_and_resize, collate: Callable = collate_uint8_images):
         self.stream, self.workers, self.batch_size = shard_samples(shards, seed), max(1, workers), batch_size
+        self.transform, self.collate = transform, collate
 
     def __iter__(self):
         from spdl.pipeline import PipelineBuilder
@@ -103,9 +107,9 @@ class SpdlPipelineLoader:
         pipeline = (
             PipelineBuilder()
             .add_source(self.stream)
-            .pipe(decode_sample, concurrency=self.workers)
+            .pipe(functools.partial(decode_sample, transform=self.transform), concurrency=self.workers)
             .aggregate(self.batch_size)
-            .pipe(collate_uint8_images)
+            .pipe(self.collate)
             .add_sink(2)
             .build(num_threads=self.workers)
         )

@@ -28,7 +28,7 @@ from packlab.ceiling import (
     timed_epoch,
     where_the_time_goes,
 )
-from packlab.loaders.lineup import OURS, PEER, SWEPT, loader_factories
+from packlab.loaders.lineup import OURS, PEER, STORED_LOADERS, STORED_OURS, STORED_PEER, SWEPT, loader_factories
 from packlab.small_files import shard_size_for, small_file_penalty
 
 
@@ -62,6 +62,86 @@ def _formats_section(root=None, quick: bool = False, log: Callable[[str], None] 
 
 
 SECTIONS["formats"] = _formats_section
+
+
+def _gpu_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Chapter 11 on a GPU: nvJPEG decode and the CUDA prefetcher (:mod:`packlab.gpu`); skipped, saying why, without one."""
+    from packlab import data, gpu, pack, paths
+    from packlab.decode import stored_decode
+    from packlab.loaders import TarShardDataset
+    from packlab.loaders.batching import collate_uint8_batch
+    from torch.utils.data import DataLoader
+
+    status = gpu.cuda_status()
+    if not torch.cuda.is_available():
+        log(f"gpu: skipped ({status})")
+        return {"cuda": False, "status": status, "summary": f"skipped: {status}"}
+    log(f"gpu: {status}")
+    manifest = data.load_manifest(root)[: 512 if quick else 2000]
+    encoded = [data.image_path(s.key, root).read_bytes() for s in manifest]
+    out: dict = {"cuda": True, "status": status, "images": len(encoded)}
+    out["nvjpeg_originals_images_per_s"] = gpu.gpu_decode_rate(encoded)
+    # The shards the loaders read (whatever their size); written only if the loaders did not run.
+    shards = sorted((paths.packed_dir(root) / "shards").glob("shard-*.tar")) or pack.ensure_tar_shards(root=root,
+                                                                                                      progress=False)
+    stored = _stored_shards(root, shards)
+    loader = DataLoader(TarShardDataset([str(p) for p in stored], transform=stored_decode), batch_size=64,
+                        num_workers=data.available_cores(), pin_memory=True, collate_fn=collate_uint8_batch,
+                        multiprocessing_context="fork")
+    from packlab.loaders.batching import IMAGENET_MEAN, IMAGENET_STD
+
+    out["prefetched_stored_images_per_s"] = [gpu.prefetched_rate(loader, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+                                             for _ in range(3)]
+    out["summary"] = (f"{status}; nvJPEG decode + resize of the originals "
+                      f"{statistics.median(out['nvjpeg_originals_images_per_s']):.0f} images/s; stored 256 px JPEGs "
+                      f"through the CUDA prefetcher {statistics.median(out['prefetched_stored_images_per_s']):.0f} images/s")
+    return out
+
+
+SECTIONS["gpu"] = _gpu_section
+
+#: How the fastest pipeline stores the dataset (chapter 11): 256 x 256, JPEG quality 90, 4:2:0.
+STORED_FORM_ARGS = {"size": 256, "quality": 90, "subsampling": "4:2:0"}
+
+
+def _stored_shards(root, shards) -> list:
+    """The benchmark's shards re-encoded for training (:mod:`packlab.reencode`), written once and reused."""
+    from packlab import paths, reencode
+
+    form = reencode.StoredFormat(**STORED_FORM_ARGS)
+    folder = reencode.stored_folder(shards, form, paths.packed_dir(root) / "stored")
+    stored, _ = reencode.write_stored_shards(shards, folder, form)
+    return stored
+
+
+def _past_the_ceiling(rows: list[dict], parallel_ceiling: float, root, shards, stored, manifest,
+                      images: int = 500) -> dict:
+    """``fastest_vs_full_decode_ceiling`` and what stands beside it: storage ratio, pixel error, the best stored peer."""
+    from packlab import data, reencode
+    from packlab.decode import stored_decode
+    from packlab.transforms import decode_and_resize
+
+    ours = [r for r in rows if r["group"] == STORED_OURS]
+    peers = [r for r in rows if r["group"] == STORED_PEER]
+    original_bytes = sum(s.bytes for s in manifest)
+    stored_bytes = reencode.total_bytes(stored)
+    reference = {s.key: decode_and_resize(data.image_path(s.key, root).read_bytes()) for s in manifest[:images]}
+    error = reencode.stored_pixel_error(stored, reference, stored_decode)
+    out: dict = {"format": reencode.StoredFormat(**STORED_FORM_ARGS).name, "original_jpeg_bytes": original_bytes,
+                 "stored_bytes": stored_bytes, "storage_ratio": stored_bytes / original_bytes,
+                 "tar_shard_bytes": reencode.total_bytes(shards), "pixel_error": error,
+                 "parallel_ceiling": parallel_ceiling}
+    if ours:
+        best = max(ours, key=lambda r: r["median_images_per_s"])
+        out.update(pipeline=best["loader"], median_images_per_s=best["median_images_per_s"],
+                   min_images_per_s=best["min_images_per_s"], max_images_per_s=best["max_images_per_s"],
+                   fastest_vs_full_decode_ceiling=best["median_images_per_s"] / parallel_ceiling
+                   if out["storage_ratio"] <= 1.0 else None)
+        if peers:
+            peer = max(peers, key=lambda r: r["median_images_per_s"])
+            out.update(best_stored_peer=peer["loader"], ours_vs_best_stored_peer=best["median_images_per_s"]
+                       / peer["median_images_per_s"])
+    return out
 
 
 def _streaming_audit_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
@@ -171,7 +251,13 @@ def run_benchmark(
     * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
       the time accounting that says what held the loader back;
     * ``batch_memory``: filling a batch in fresh against reused memory (per image);
-    * ``ratios``: between loaders (ours against webdataset, what batching, threads and recycling buy).
+    * ``ratios``: between loaders (ours against webdataset, what batching, threads, recycling and
+      a uint8 hand-over buy) and ``fastest_vs_full_decode_ceiling``: the fastest of our loaders of
+      the dataset re-encoded at 256 x 256 (:data:`STORED_FORM_ARGS`, storage no larger than
+      the original JPEGs) / the parallel ceiling of decoding the originals;
+    * ``past_the_ceiling``: that pipeline, its storage ratio to the original JPEG bytes, its
+      pixel error (PSNR against the standard transform, on 500 images) and the best stored peer;
+    * ``gpu``: nvJPEG and the CUDA prefetcher when there is a GPU (otherwise why not).
     """
     import json
     import platform
@@ -199,7 +285,11 @@ def run_benchmark(
     shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), max([cores, *sweep_counts])),
                                                        root=root, progress=False)]
     zip_path = pack.ensure_zip(root=root, progress=False)
-    factories = loader_factories(root, shards, zip_path)
+    stored = None
+    if loaders is None or set(loaders) & set(STORED_LOADERS):
+        log("re-encoding the shards at 256 x 256 for the stored-JPEG loaders (once; reused afterwards)")
+        stored = [str(p) for p in _stored_shards(root, shards)]
+    factories = loader_factories(root, shards, zip_path, stored_shards=stored)
     if loaders is not None:
         unknown = set(loaders) - set(factories)
         if unknown:
@@ -242,6 +332,13 @@ def run_benchmark(
     results["batch_memory"] = batch_memory_seconds()
     results.update(_goals(rows, parallel_ceiling))
     results["ratios"] = _ratios(rows)
+    if stored is not None:
+        past = _past_the_ceiling(rows, parallel_ceiling, root, shards, stored, manifest)
+        results["past_the_ceiling"] = past
+        if past.get("fastest_vs_full_decode_ceiling") is not None:
+            results["ratios"]["fastest_vs_full_decode_ceiling"] = past["fastest_vs_full_decode_ceiling"]
+        if "ours_vs_best_stored_peer" in past:
+            results["ratios"]["stored_ours_vs_best_stored_peer"] = past["ours_vs_best_stored_peer"]
 
     for name, section in SECTIONS.items():
         if sections is None or name in sections:
@@ -294,7 +391,8 @@ def _ratios(rows: list[dict]) -> dict:
     for ratio, (a, b) in {"tar_vs_webdataset": ("tar shards (ours)", "webdataset"),
                           "batching_gain": ("tar shards (ours)", "tar, per-sample float"),
                           "recycling_vs_dataloader_tar": ("recycling, tar shards", "tar shards (ours)"),
-                          "threads_vs_dataloader_tar": ("threads, tar shards", "tar shards (ours)")}.items():
+                          "threads_vs_dataloader_tar": ("threads, tar shards", "tar shards (ours)"),
+                          "uint8_crossing_vs_float_tar": ("tar shards, uint8 to the consumer", "tar shards (ours)")}.items():
         if a in median and b in median:
             out[ratio] = median[a] / median[b]
     return out
@@ -368,6 +466,16 @@ def format_benchmark(results: dict) -> str:
             for who, part in ({"ours": limit} if "limited_by" in limit else limit).items():
                 lines.append(f"  limit ({who}): {part['limited_by']}")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items()))
+    past = results.get("past_the_ceiling")
+    if past and "pipeline" in past:
+        ratio = past.get("fastest_vs_full_decode_ceiling")
+        lines.append(
+            f"past the decode ceiling: {past['pipeline']} {past['median_images_per_s']:.0f} images/s = "
+            + (f"{ratio:.2f}" if ratio is not None else "(not counted: storage above the JPEGs')")
+            + f" x the parallel ceiling {past['parallel_ceiling']:.0f}; stored as {past['format']}, "
+            f"{past['storage_ratio']:.2f} x the original JPEG bytes; pixel error against the standard transform "
+            f"PSNR {past['pixel_error']['psnr_db']:.1f} dB (largest difference {past['pixel_error']['largest_difference']} "
+            f"levels, {past['pixel_error']['images']} images)")
     small = results.get("small_files")
     if small:
         lines.append(f"small files ({small['workers']} workers, no decode), files/s under the model "

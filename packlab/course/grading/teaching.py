@@ -126,6 +126,14 @@ NUDGES: dict[str, dict[str, str]] = {
         "waits": "chapter 10: wait longer after each failure",
         "damage_not_retried": "a damaged shard stays damaged: only a broken connection is worth another attempt",
     },
+    "fast_path": {
+        "transform_uint8": "chapter 11: which type do the pixels need to be before anyone computes with them?",
+        "resize_uint8": "resize while the image is still small and in bytes: what does a float resize cost?",
+        "reduced_decode": "a JPEG can be decoded straight to a smaller size: the decoder need not make every pixel",
+        "collate_uint8": "what crosses from a worker to the training process, and how many bytes per pixel?",
+        "normalise_once": "one conversion to float, then the per-channel normalisation, all in the consumer",
+        "audit": "the three pieces together must still give every sample once, as the standard transform would",
+    },
     "resumable_reader": {
         "sample_granularity": "chapter 12: where does a reader stand after the last sample it handed out?",
         "buffer": "a sample that was read into the shuffle buffer is not yet delivered",

@@ -1,0 +1,261 @@
+"""Find out where a training job's time goes, the way one would on a real job.
+
+Two tools, two questions:
+
+* **Is the training loop waiting for data?** ``torch.profiler`` records how long each
+  call took inside the training process. The DataLoader's iterator wraps every
+  ``__next__`` in a ``record_function`` named
+  ``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`` (with workers;
+  ``_SingleProcessDataLoaderIter`` without), so the time the loop spent waiting for
+  batches appears next to the time of its own steps (:func:`profile_training`).
+* **What are the workers doing?** The workers are other processes; the profiler in the
+  training process does not see inside them. ``py-spy`` does: it reads a running
+  Python process's stack from outside, many times a second, without changing or
+  restarting it. ``py-spy dump --pid PID --subprocesses`` prints every process's stack
+  once; ``py-spy record --pid PID --subprocesses`` samples for a while and writes the
+  stacks it saw (:func:`pyspy_record`, :func:`top_functions`).
+
+py-spy reads another process's memory with ``ptrace``/``process_vm_readv``. The kernel
+allows that to root, or to a user with the ``CAP_SYS_PTRACE`` capability (a container
+needs ``--cap-add SYS_PTRACE``); where the Yama security module is loaded,
+``/proc/sys/kernel/yama/ptrace_scope`` must also be 0 for a user to attach to a
+process that is not its own child (1 allows children only, 2 admins only, 3 nobody).
+:func:`ptrace_permission` says which applies here.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The name the DataLoader's iterators give each ``__next__`` in the profiler (``torch/utils/data/dataloader.py``).
+DATALOADER_NEXT = "enumerate(DataLoader)#"
+#: The name :func:`profile_training` gives each training step.
+TRAINING_STEP = "training step"
+
+
+@dataclass
+class TrainingProfile:
+    """What :func:`profile_training` found: seconds in all, waiting for batches, and in the steps."""
+
+    wall_seconds: float
+    waiting_seconds: float
+    step_seconds: float
+    batches: int
+    table: str
+
+    @property
+    def waiting_share(self) -> float:
+        """Share of the wall time the loop spent inside the DataLoader's ``__next__``."""
+        return self.waiting_seconds / self.wall_seconds
+
+
+def profile_training(loader: Iterable, step: Callable, max_batches: int | None = None) -> TrainingProfile:
+    """Run a training loop (``step(batch)`` per batch) under ``torch.profiler`` and split its time.
+
+    Each step is wrapped in ``record_function("training step")``; the DataLoader marks its
+    own ``__next__``. Profiled on the CPU only; on a GPU job add
+    ``ProfilerActivity.CUDA`` to see the kernels too.
+    """
+    from torch.autograd.profiler import record_function
+    from torch.profiler import ProfilerActivity, profile
+
+    batches = 0
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        start = time.perf_counter()
+        for batch in loader:
+            with record_function(TRAINING_STEP):
+                step(batch)
+            batches += 1
+            if max_batches is not None and batches >= max_batches:
+                break
+        wall = time.perf_counter() - start
+    events = profiler.key_averages()
+    waiting = sum(e.cpu_time_total for e in events if e.key.startswith(DATALOADER_NEXT)) / 1e6
+    stepping = sum(e.cpu_time_total for e in events if e.key == TRAINING_STEP) / 1e6
+    table = events.table(sort_by="cpu_time_total", row_limit=8, max_name_column_width=60)
+    return TrainingProfile(wall, waiting, stepping, batches, table)
+
+
+def crossing_seconds(batch) -> float:
+    """Seconds for a worker's side of handing ``batch`` over: a fresh shared-memory block, filled, and its handle pickled.
+
+    What a DataLoader worker does with every batch it sends (chapter 8): the batch is
+    written into new shared memory (a page fault per 4 kB) and pickled as a file
+    descriptor and a shape. The training process's side (mapping and later unmapping the
+    block) costs about as much again and is not in this number.
+    """
+    from multiprocessing import resource_sharer
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+
+    start = time.perf_counter()
+    storage = torch.empty(0, dtype=batch.dtype)._typed_storage()._new_shared(batch.numel(), device="cpu")
+    shared = torch.empty(0, dtype=batch.dtype).new(storage).view(batch.shape)
+    shared.copy_(batch)
+    ForkingPickler.dumps(shared)
+    del shared, storage
+    seconds = time.perf_counter() - start
+    resource_sharer.stop()  # pickling lent the block's descriptor to a helper thread; nobody will ask for it
+    return seconds
+
+
+# ------------------------------------------------------------------------------- py-spy
+
+
+def pyspy_executable() -> str:
+    """The ``py-spy`` program installed with the course (next to this Python), or on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not found:
+        raise FileNotFoundError("py-spy is not installed: `make setup` installs it (pip install py-spy)")
+    return found
+
+
+def ptrace_permission() -> str:
+    """Whether this process may attach py-spy to others, and why, in one sentence."""
+    reasons = []
+    if os.geteuid() == 0:
+        reasons.append("running as root")
+    try:
+        status = Path("/proc/self/status").read_text()
+        effective = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff")), 16)
+        if effective & (1 << 19):  # CAP_SYS_PTRACE is capability 19
+            reasons.append("CAP_SYS_PTRACE is in the effective capabilities")
+    except (OSError, StopIteration, ValueError):
+        pass
+    yama = Path("/proc/sys/kernel/yama/ptrace_scope")
+    scope = yama.read_text().strip() if yama.exists() else None
+    scope_text = ("the Yama module is not loaded (no ptrace_scope), so only the usual ownership and capability rules apply"
+                  if scope is None else f"kernel.yama.ptrace_scope is {scope}")
+    if reasons:
+        return f"allowed: {' and '.join(reasons)}; {scope_text}"
+    return (f"probably not allowed: not root and no CAP_SYS_PTRACE; {scope_text}. Run py-spy with sudo, or give "
+            "the container --cap-add SYS_PTRACE")
+
+
+def start_training_job(seconds: float, keys: int = 512, workers: int = 2) -> subprocess.Popen:
+    """Start :func:`main` as a separate process (a stand-in for someone's training script); return it once it trains.
+
+    Waits until the job prints ``training`` (its first batch has arrived), so a profiler
+    attached afterwards sees the steady state, not the imports.
+    """
+    job = subprocess.Popen(
+        [sys.executable, "-m", "packlab.profiling", "--seconds", str(seconds), "--keys", str(keys),
+         "--workers", str(workers)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = job.stdout.readline()
+    if "training" not in line:
+        job.kill()
+        _, error = job.communicate(timeout=60)
+        raise RuntimeError(f"the training job did not start: {line.strip()} {error.strip()[-2000:]}")
+    return job
+
+
+def pyspy_dump(pid: int) -> str:
+    """``py-spy dump --pid PID --subprocesses``: every thread's Python stack in the process tree, once."""
+    run = subprocess.run([pyspy_executable(), "dump", "--pid", str(pid), "--subprocesses"],
+                         capture_output=True, text=True, timeout=120)
+    if run.returncode:
+        raise RuntimeError(f"py-spy dump failed ({ptrace_permission()}): {run.stderr.strip()}")
+    return run.stdout
+
+
+def pyspy_record(pid: int, seconds: float = 3.0, rate: int = 100) -> list[tuple[list[str], int]]:
+    """``py-spy record --subprocesses --format raw`` for ``seconds``: ``(stack, samples)`` pairs, outermost frame first.
+
+    Each stack starts with the process it was sampled in (``process 1234:"python -m ..."``),
+    after its parent's when it is a child (a DataLoader worker); idle threads (waiting on a lock, a queue or a socket) are not sampled, so what is
+    recorded is where the processes were *working*.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "stacks.txt"
+        run = subprocess.run(
+            [pyspy_executable(), "record", "--pid", str(pid), "--subprocesses", "--duration", str(int(seconds)),
+             "--rate", str(rate), "--format", "raw", "--output", str(target), "--nonblocking"],
+            capture_output=True, text=True, timeout=seconds + 120,
+        )
+        if run.returncode or not target.exists():
+            raise RuntimeError(f"py-spy record failed ({ptrace_permission()}): {run.stderr.strip()}")
+        stacks = []
+        for line in target.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if stack:
+                stacks.append((stack.split(";"), int(count)))
+    return stacks
+
+
+def _function(frame: str) -> str:
+    """``"resize (PIL/Image.py:2345)"`` -> ``"resize (PIL/Image.py)"``: a frame without its line number."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+def top_functions(stacks: list[tuple[list[str], int]], job_pid: int, count: int = 6) -> dict[str, list[tuple[str, float]]]:
+    """The innermost Python function of every sample, per kind of process: ``{"main": [...], "workers": [...]}``.
+
+    Each list holds ``(function, share of that kind's samples)``, largest first. The
+    innermost frame is where the process was when sampled; for a decode that is the
+    Python function that called into Pillow's C code.
+    """
+    tally: dict[str, collections.Counter] = {"main process": collections.Counter(), "workers": collections.Counter()}
+    for stack, samples in stacks:
+        process = [frame for frame in stack if frame.startswith("process ")][-1]  # a child's follows its parent's
+        kind = "main process" if process.startswith(f"process {job_pid}:") else "workers"
+        tally[kind][_function(stack[-1])] += samples
+    out = {}
+    for kind, counter in tally.items():
+        total = sum(counter.values())
+        out[kind] = [(name, n / total) for name, n in counter.most_common(count)] if total else []
+    return out
+
+
+# ------------------------------------------------------------------------ the training job
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A small training job to profile: a DataLoader over the JPEG folder feeding the TinyCNN, for some seconds."""
+    import argparse
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from packlab import data, train
+    from packlab.loaders import JpegFolderDataset
+
+    parser = argparse.ArgumentParser(prog="python -m packlab.profiling", description=main.__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--keys", type=int, default=512, help="images from the start of the dataset")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dataset = JpegFolderDataset(keys=[s.key for s in data.load_manifest()[: args.keys]])
+    model = train.TinyCNN()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=args.workers,
+                        persistent_workers=args.workers > 0, timeout=300 if args.workers else 0)
+    end, announced = time.monotonic() + args.seconds, False
+    while time.monotonic() < end:
+        for images, labels in loader:
+            if not announced:
+                print("training", flush=True)
+                announced = True
+            train.train_step(model, optimizer, images, labels)
+            if time.monotonic() >= end:
+                break
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
