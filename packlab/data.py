@@ -26,6 +26,11 @@ Command line::
     python -m packlab.data            # generate unless a verified dataset is already there
     python -m packlab.data --verify   # check every file; name each missing or altered one
     python -m packlab.data --force    # regenerate regardless
+
+Small-data mode: with ``PACKLAB_COUNT=2000`` in the environment (any count from
+:data:`MIN_COUNT` up), :func:`ensure`, :func:`generate`, the command line and the
+verification use that many images instead of :data:`DEFAULT_COUNT`, for a machine with
+little disk (see :func:`default_count`). The images are the same kind, only fewer.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ from packlab import paths
 GENERATOR_VERSION = 2
 DEFAULT_COUNT = 10_000
 DEFAULT_SEED = 2024
+#: Environment variable that sets the number of images (small-data mode), e.g. ``2000``.
+COUNT_ENV_VAR = "PACKLAB_COUNT"
+#: The fewest images the course works with: the exercises' checks read subsets of up to
+#: 320 samples, and the chapters are tested at 2,000.
+MIN_COUNT = 500
 
 #: The ten classes. Each is a pattern family with its own colour palette; sizes,
 #: frequencies, orientations, phases and colours vary from image to image.
@@ -102,6 +112,25 @@ MANIFEST_FIELDS = Sample._fields
 
 class DatasetError(RuntimeError):
     """The dataset is missing or does not match its manifest."""
+
+
+def default_count() -> int:
+    """How many images the course uses: :data:`DEFAULT_COUNT`, or ``$PACKLAB_COUNT`` when set.
+
+    A smaller count is for machines with little disk (a JupyterHub with a small quota):
+    the dataset and every packed copy shrink in proportion. Raises :class:`ValueError`
+    naming the variable when its value is not a whole number of at least :data:`MIN_COUNT`.
+    """
+    configured = os.environ.get(COUNT_ENV_VAR, "").strip()
+    if not configured:
+        return DEFAULT_COUNT
+    try:
+        count = int(configured.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{COUNT_ENV_VAR}={configured!r} is not a whole number of images; unset it or use e.g. 2000") from None
+    if count < MIN_COUNT:
+        raise ValueError(f"{COUNT_ENV_VAR}={count} is too small: the course needs at least {MIN_COUNT} images (2000 is the tested small size)")
+    return count
 
 
 # --------------------------------------------------------------------------- rendering
@@ -249,12 +278,12 @@ def available_cores() -> int:
 
 def generate(
     root: Path | None = None,
-    count: int = DEFAULT_COUNT,
+    count: int | None = None,
     seed: int = DEFAULT_SEED,
     workers: int | None = None,
     progress: bool = True,
 ) -> Path:
-    """Generate the dataset under ``root`` (default: :func:`packlab.paths.data_root`).
+    """Generate ``count`` images (default: :func:`default_count`) under ``root`` (default: :func:`packlab.paths.data_root`).
 
     Renders in parallel on ``workers`` processes (default: all available cores) into a
     temporary folder beside the target, then moves the pieces into place with the
@@ -263,6 +292,7 @@ def generate(
     from tqdm import tqdm
 
     root = Path(root) if root is not None else paths.data_root()
+    count = default_count() if count is None else count
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".generate-tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -388,10 +418,12 @@ class VerifyReport(NamedTuple):
     problems: list[str]
 
 
-def verify(root: Path | None = None, progress: bool = False) -> VerifyReport:
+def verify(root: Path | None = None, progress: bool = False, count: int | None = None) -> VerifyReport:
     """Check every JPEG against the manifest (presence, size, SHA-256) and the labels file.
 
     Reports every missing, altered or unexpected file rather than stopping at the first.
+    With ``count``, a dataset of another size is a problem too (the command line passes
+    ``--count`` or ``$PACKLAB_COUNT`` when set, so the setting and the dataset on disk agree).
     """
     from tqdm import tqdm
 
@@ -401,6 +433,12 @@ def verify(root: Path | None = None, progress: bool = False) -> VerifyReport:
     except DatasetError as exc:
         return VerifyReport(False, 0, [str(exc)])
     problems: list[str] = []
+    if count is not None and len(manifest) != count:
+        why = f" ({COUNT_ENV_VAR}={count})" if os.environ.get(COUNT_ENV_VAR, "").strip() else ""
+        problems.append(
+            f"{paths.manifest_path(root)} lists {len(manifest)} images, but the course is set to {count}{why}: "
+            f"run `make data` (or `python -m packlab.data`) to generate {count}, or set {COUNT_ENV_VAR}={len(manifest)}"
+        )
     try:
         labels = load_labels(root)
     except DatasetError as exc:
@@ -441,12 +479,16 @@ def generation_settings(root: Path | None = None) -> dict | None:
 
 def ensure(
     root: Path | None = None,
-    count: int = DEFAULT_COUNT,
+    count: int | None = None,
     seed: int = DEFAULT_SEED,
     progress: bool = True,
 ) -> Path:
-    """Generate the dataset unless a verified one with the same settings is already there."""
+    """Generate the dataset unless a verified one with the same settings is already there.
+
+    ``count`` defaults to :func:`default_count` (``$PACKLAB_COUNT`` in small-data mode).
+    """
     root = Path(root) if root is not None else paths.data_root()
+    count = default_count() if count is None else count
     wanted = {"count": count, "seed": seed, "generator_version": GENERATOR_VERSION}
     report = verify(root)
     if report.ok and generation_settings(root) == wanted:
@@ -481,7 +523,8 @@ def folder_stats(root: Path | None = None) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m packlab.data", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=None, help="data root (default: $PACKLAB_DATA or <repo>/data)")
-    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help="number of images (default 10000)")
+    parser.add_argument("--count", type=int, default=None,
+                        help=f"number of images (default ${COUNT_ENV_VAR} if set, else {DEFAULT_COUNT})")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--verify", action="store_true", help="only verify; exit 1 and name every bad file")
@@ -489,9 +532,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     root = args.root or paths.data_root()
+    try:
+        count = args.count if args.count is not None else default_count()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     if args.verify:
-        report = verify(root, progress=not args.quiet)
+        # The size is checked when it was asked for (--count, or PACKLAB_COUNT); otherwise
+        # any dataset whose files match its manifest verifies.
+        asked = args.count is not None or bool(os.environ.get(COUNT_ENV_VAR, "").strip())
+        report = verify(root, progress=not args.quiet, count=count if asked else None)
         for problem in report.problems:
             print(problem, file=sys.stderr)
         if report.ok:
@@ -506,9 +557,9 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     if args.force:
-        generate(root, count=args.count, seed=args.seed, progress=not args.quiet)
+        generate(root, count=count, seed=args.seed, progress=not args.quiet)
     else:
-        ensure(root, count=args.count, seed=args.seed, progress=not args.quiet)
+        ensure(root, count=count, seed=args.seed, progress=not args.quiet)
     print(f"data ready under {root} ({time.perf_counter() - start:.1f} s)")
     return 0
 

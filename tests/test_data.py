@@ -170,3 +170,44 @@ def test_jpegs_are_as_large_as_imagenets_on_average():
     sizes = [len(data.render(i, int(labels[i]))[0]) for i in range(300)]
     mean = sum(sizes) / len(sizes)
     assert 0.85 * imagenet_mean <= mean <= 1.15 * imagenet_mean, f"mean {mean / 1e3:.0f} kB, ImageNet's {imagenet_mean / 1e3:.0f} kB"
+
+
+# ------------------------------------------------------------------------ small-data mode
+
+
+def test_default_count_follows_packlab_count(monkeypatch):
+    monkeypatch.delenv(data.COUNT_ENV_VAR, raising=False)
+    assert data.default_count() == data.DEFAULT_COUNT == 10_000
+    monkeypatch.setenv(data.COUNT_ENV_VAR, "2000")
+    assert data.default_count() == 2000
+    monkeypatch.setenv(data.COUNT_ENV_VAR, "2_000")
+    assert data.default_count() == 2000
+
+
+@pytest.mark.parametrize("value, problem", [("lots", "not a whole number"), ("100", "too small"), ("-5", "too small")])
+def test_a_bad_packlab_count_is_named_in_the_error(monkeypatch, value, problem):
+    monkeypatch.setenv(data.COUNT_ENV_VAR, value)
+    with pytest.raises(ValueError, match=problem) as raised:
+        data.default_count()
+    assert data.COUNT_ENV_VAR in str(raised.value)
+
+
+def test_ensure_and_generation_follow_packlab_count(monkeypatch, tmp_path):
+    monkeypatch.setenv(data.COUNT_ENV_VAR, str(data.MIN_COUNT))
+    root = data.ensure(tmp_path / "small", seed=3, progress=False)
+    assert len(data.load_manifest(root)) == data.MIN_COUNT
+    assert data.generation_settings(root)["count"] == data.MIN_COUNT
+    assert data.verify(root, count=data.default_count()).ok
+    monkeypatch.delenv(data.COUNT_ENV_VAR)
+    report = data.verify(root, count=data.default_count())
+    assert not report.ok and f"lists {data.MIN_COUNT} images" in report.problems[0] and "10000" in report.problems[0]
+
+
+def test_cli_verify_checks_the_size_only_when_one_is_asked_for(copy_of_small):
+    cmd = [sys.executable, "-m", "packlab.data", "--root", str(copy_of_small), "--verify", "-q"]
+    env = {k: v for k, v in os.environ.items() if k != data.COUNT_ENV_VAR}
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).returncode == 0
+    wrong = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**env, data.COUNT_ENV_VAR: "2000"})
+    assert wrong.returncode == 1 and "lists 60 images" in wrong.stderr and "PACKLAB_COUNT=2000" in wrong.stderr
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**env, data.COUNT_ENV_VAR: "x"})
+    assert bad.returncode == 2 and "PACKLAB_COUNT" in bad.stderr

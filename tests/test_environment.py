@@ -14,13 +14,29 @@ from packlab import paths
 CONDA_TO_PYPI = {"pytorch": "torch", "python-lmdb": "lmdb"}
 
 
-def _pyproject_pins() -> dict[str, str]:
-    project = tomllib.loads((paths.repo_root() / "pyproject.toml").read_text())["project"]
+def _pins(requirements: list[str], where: str) -> dict[str, str]:
     pins = {}
-    for requirement in project["dependencies"]:
+    for requirement in requirements:
         match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", requirement)
-        assert match, f"pyproject.toml: {requirement!r} is not pinned exactly (name==version)"
+        assert match, f"pyproject.toml {where}: {requirement!r} is not pinned exactly (name==version)"
         pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+def _project() -> dict:
+    return tomllib.loads((paths.repo_root() / "pyproject.toml").read_text())["project"]
+
+
+def _extras_pins() -> dict[str, dict[str, str]]:
+    """``{extra: {name: version}}`` of pyproject.toml's optional dependencies."""
+    return {extra: _pins(requirements, f"extra {extra!r}") for extra, requirements in _project().get("optional-dependencies", {}).items()}
+
+
+def _pyproject_pins() -> dict[str, str]:
+    """Every pin of pyproject.toml: the dependencies and every extra's."""
+    pins = _pins(_project()["dependencies"], "dependencies")
+    for extra in _extras_pins().values():
+        pins.update(extra)
     return pins
 
 
@@ -53,6 +69,18 @@ def test_environment_yml_matches_pyproject():
     )
     differing = {n: (pyproject[n], environment[n]) for n in pyproject if pyproject[n] != environment[n]}
     assert not differing, f"versions differ (pyproject, environment.yml): {differing}"
+
+
+def test_the_dev_extra_holds_the_book_and_test_tools_and_nothing_twice():
+    """`make lab` installs the dependencies; `make book` and `make test` add the dev extra."""
+    base = _pins(_project()["dependencies"], "dependencies")
+    extras = _extras_pins()
+    assert {"jupyter-book", "nbval", "pytest", "pytest-xdist", "playwright"} <= set(extras["dev"])
+    for extra, pins in extras.items():
+        assert not set(pins) & set(base), f"extra {extra!r} repeats dependencies: {sorted(set(pins) & set(base))}"
+    assert {"torch", "torchvision", "jupyterlab", "jupytext", "jupyterlab-myst", "ipykernel"} <= set(base)
+    makefile = (paths.repo_root() / "Makefile").read_text()
+    assert "-e '.[dev]'" in makefile and re.search(r"(?m)^book: .*setup-dev", makefile) and re.search(r"(?m)^lab: data$", makefile)
 
 
 def test_installed_versions_are_the_pinned_ones():

@@ -206,6 +206,11 @@ def test_untouched_exercise_scores_zero_on_every_part(stem, check_id):
     passed = [part.name for part in result.parts if part.passed]
     assert result.score == 0 and not passed, f"stub passes {passed}"
     assert all("NotImplementedError" in part.message for part in result.parts), result.report()
+    # The first check of an untouched stub says "not started" and prints no hint of either level.
+    assert all(part.not_started for part in result.parts), result.report()
+    printed = result.report()
+    assert "Not started yet" in printed and "hint:" not in printed and "think:" not in printed
+    assert not any(part.hint in printed for part in result.parts)
 
 
 # ------------------------------------------------------------------------------ grader

@@ -984,7 +984,8 @@ def test_result_report_and_recording(tmp_path, monkeypatch, capsys):
     result = check("shard_split", shards_for_silently_idle)
     printed = capsys.readouterr().out
     assert (result.passed, result.score, result.max_score) == (False, 4, 5)
-    assert "4/5 parts passed" in printed and "hint:" in printed and "✗ too_few_shards" in printed
+    assert "4/5 parts passed" in printed and "think:" in printed and "✗ too_few_shards" in printed
+    assert "hint:" not in printed, "the code-level hint prints only with hints=2"
     (entry,) = [json.loads(line) for line in results.read_text().splitlines()]
     assert entry["exercise_id"] == "shard_split" and entry["score"] == 4 and entry["notebook"] == "05_shard_split"
     check("shard_split", shards_for_silently_idle, record=False, quiet=True)

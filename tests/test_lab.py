@@ -137,3 +137,16 @@ def test_saving_a_page_that_is_no_notebook_leaves_it_as_it_was(repository_copy, 
     original = (repository_copy / page).read_text()
     _save_as_jupyterlab_does(repository_copy, page, lambda nb: nb["metadata"].update(language_info={"name": "python"}))
     assert (repository_copy / page).read_text() == original
+
+
+def test_setup_only_prepares_without_starting_jupyterlab(monkeypatch, tmp_path, capsys):
+    """For a JupyterLab started by someone else (Open OnDemand, a hub): settings and copies, no server."""
+    made = []
+    monkeypatch.setattr(lab, "prepare", lambda *args, **kwargs: made.append(1) or [tmp_path / "01_a.md"])
+    monkeypatch.setattr(lab.os, "execv", lambda *args: pytest.fail("--setup-only must not start JupyterLab"))
+    lab.main(["--setup-only"])
+    assert made and "1 exercises copied into mywork/exercises/" in capsys.readouterr().out
+
+
+def test_the_command_can_serve_another_folder(tmp_path):
+    assert f"--ServerApp.root_dir={tmp_path.resolve()}" in lab.command(root=tmp_path)

@@ -1,30 +1,33 @@
-"""The attendee's path: the course's JupyterLab (``make lab``), driven in a real browser.
+"""The attendee's path: the course's JupyterLab (``make lab``), driven in a real browser, in a clone.
 
-Attendees run ``make lab``, open a chapter or an exercise (MyST ``.md`` files) as a
-notebook, run it, and solve the exercises with ``check()``. This test does the same in
-headless Chromium, driven by Playwright:
+Attendees clone the course (a release, ``make release``), run ``make lab``, open a
+chapter or their copy of an exercise (MyST ``.md`` files) as a notebook, run it, solve
+the exercises with ``check()``, and on day 2 ``git pull`` a fix. This test does the same
+in headless Chromium, driven by Playwright, in a temporary clone (never in this checkout):
 
-* JupyterLab starts with ``make lab``'s command line and settings (:mod:`packlab.course.lab`),
-  on a free port, with a token and fresh workspaces and user settings, so that nothing
-  of an earlier session is restored;
-* ``exercises/01_jpeg_dataset.md``, opened by its ``/lab/tree/`` URL, is a notebook, not
-  a text editor. Its first cell lists the checks; the reference ``JpegFolderDataset``
+* the release of this working tree is made into a temporary git repository (the
+  instructor's), and cloned (the attendee's);
+* JupyterLab starts with ``make lab``'s command line and settings (:mod:`packlab.course.lab`)
+  on the clone, on a free port, with a token and fresh workspaces and user settings, so
+  that nothing of an earlier session is restored; starting it copies the exercises into
+  the clone's ``mywork/exercises/`` (git-ignored);
+* ``mywork/exercises/01_jpeg_dataset.md``, opened by its ``/lab/tree/`` URL, is a notebook,
+  not a text editor. Its first cell lists the checks; the reference ``JpegFolderDataset``
   from ``solutions/`` goes into the stub's cell, and the check reports every part
-  passed. Saving writes that cell into the ``.md`` file, and nothing else but the
-  ``jupytext_version`` line;
+  passed. Saving writes that cell into the ``.md`` file, and nothing else;
 * ``chapters/03_zip_pitfall.md``, double-clicked in the file browser, runs from top to
   bottom ("Run All Cells") without an error; every ``{eval}`name``` in its prose shows
   the value the chapter's cells passed to ``figures()`` (no raw role, no bare name);
-  and saving leaves the ``.md`` file as it was (but for the ``jupytext_version`` line
-  jupytext adds to the header), while the paired ``.ipynb`` keeps the evaluated values.
+  saving leaves the ``.md`` file byte-identical (its header is as jupytext writes it),
+  while the paired ``.ipynb`` keeps the evaluated values;
+* then the instructor commits a fix to that chapter and to that exercise, and ``git
+  pull`` in the clone succeeds: nothing the attendee did is in its way, the fix arrives,
+  and the attendee's solution in ``mywork/`` stays.
 
-The two notebooks, their paired ``.ipynb`` files and JupyterLab's checkpoints of them are
-put back as they were (content and modification time) when the test ends. Screenshots:
-``_build/screens/lab-*.png``.
-
-Under ``make test`` it runs after the notebooks (``needs_book`` orders it there, see
-``packlab/course/pytest_book_cache.py``): the unit tests report first, and chapter 2 has written
-the archives chapter 3 reads. Chromium: see ``browser_support.py``.
+Screenshots: ``_build/screens/lab-*.png``. Under ``make test`` it runs after the
+notebooks (``needs_book`` orders it there, see ``packlab/course/pytest_book_cache.py``):
+the unit tests report first, and chapter 2 has written the archives chapter 3 reads.
+Chromium: see ``browser_support.py``.
 """
 
 from __future__ import annotations
@@ -47,13 +50,13 @@ import pytest
 from browser_support import CHROMIUM_FLAGS, chromium  # noqa: F401 - the shared fixture
 
 from packlab import paths
-from packlab.course import exercises, lab
+from packlab.course import exercises, lab, release
 
 pytestmark = pytest.mark.needs_book
 
 ROOT = paths.repo_root()
 SCREENS = paths.build_dir() / "screens"
-EXERCISE = "exercises/01_jpeg_dataset.md"
+EXERCISE = "mywork/exercises/01_jpeg_dataset.md"  # the attendee's copy, made by make lab
 SOLUTION = "solutions/01_jpeg_dataset.md"
 CHAPTER = "chapters/03_zip_pitfall.md"
 START_TIMEOUT = 180  # seconds for JupyterLab to answer
@@ -94,49 +97,33 @@ def _stop(server: subprocess.Popen, base: str, token: str) -> None:
             server.wait(timeout=20)
 
 
-@pytest.fixture(scope="module")
-def sources_kept():
-    """Put back, at the end, the files that opening and saving the two notebooks writes.
-
-    That is each notebook, its paired .ipynb, and the checkpoints JupyterLab keeps of both
-    in ``.ipynb_checkpoints/`` (which would otherwise be found by ``make test``'s search
-    for notebooks): content and modification time as they were, or no file.
-    """
-    kept, folders = {}, {}
-    for name in (EXERCISE, CHAPTER):
-        source = ROOT / name
-        checkpoints = source.parent / ".ipynb_checkpoints"
-        folders[checkpoints] = checkpoints.exists()
-        for path in (
-            source,
-            source.with_suffix(".ipynb"),
-            checkpoints / f"{source.stem}-checkpoint.md",
-            checkpoints / f"{source.stem}-checkpoint.ipynb",
-        ):
-            kept[path] = (path.read_bytes(), path.stat()) if path.exists() else None
-    yield
-    for path, before in kept.items():
-        if before is None:
-            path.unlink(missing_ok=True)
-        else:
-            content, stat = before
-            path.write_bytes(content)
-            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    for folder, existed in folders.items():
-        if not existed and folder.exists() and not any(folder.iterdir()):
-            folder.rmdir()
+def _git(cwd: Path, *args: str) -> str:
+    identity = ["-c", "user.name=instructor", "-c", "user.email=instructor@example.invalid"]
+    return subprocess.run(["git", *identity, *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")
-def jupyterlab(sources_kept, tmp_path_factory):
-    """``make lab``'s JupyterLab on a free port, with fresh state; yields (base URL, token)."""
+def clone(tmp_path_factory):
+    """(the instructor's release repository, the attendee's clone of it)."""
+    upstream = tmp_path_factory.mktemp("release") / "course"
+    assert release.release(upstream) is not None
+    attendee = tmp_path_factory.mktemp("attendee") / "course"
+    subprocess.run(["git", "clone", "-q", str(upstream), str(attendee)], check=True)
+    return upstream, attendee
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(clone, tmp_path_factory):
+    """``make lab``'s JupyterLab on the clone, on a free port, with fresh state; yields (base URL, token)."""
+    _, attendee = clone
     state = tmp_path_factory.mktemp("lab-state")
     port, token = _free_port(), secrets.token_hex(16)
-    lab.prepare(state)
-    cmd = lab.command(port=port, state_dir=state, token=token, open_browser=False, port_retries=0)
+    made = lab.prepare(state, root=attendee)
+    assert EXERCISE.split("/")[-1] in [p.name for p in made], "make lab did not copy the exercises into mywork/"
+    cmd = lab.command(port=port, state_dir=state, token=token, open_browser=False, port_retries=0, root=attendee)
     log_path = state / "jupyterlab.log"
     with open(log_path, "wb") as log:
-        server = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(cmd, cwd=attendee, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -211,14 +198,9 @@ def _save_and_wait(page, path: Path) -> None:
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + 60
     while not (path.exists() and path.stat().st_mtime_ns != before):
-        assert time.monotonic() < deadline, f"saving in JupyterLab did not write {path.relative_to(ROOT)}"
+        assert time.monotonic() < deadline, f"saving in JupyterLab did not write {path}"
         time.sleep(0.2)
     time.sleep(1)  # the paired file is written in the same save
-
-
-def _without_jupytext_version(text: str) -> str:
-    """The text without the ``jupytext_version`` line jupytext adds to the header on saving (see jupytext.toml)."""
-    return re.sub(r"(?m)^ +jupytext_version: .*\n", "", text)
 
 
 def _diff(expected: str, actual: str, name: str) -> str:
@@ -237,10 +219,10 @@ def _reference_solution(cell_marker: str) -> str:
     return "\n".join(line for line in cell.splitlines() if line.strip() not in markers)
 
 
-def test_an_exercise_opens_as_a_notebook_and_a_correct_solution_passes_its_check(page, jupyterlab):
+def test_an_exercise_opens_as_a_notebook_and_a_correct_solution_passes_its_check(page, jupyterlab, clone):
     base, token = jupyterlab
     with _screenshot_on_failure(page, "exercise"):
-        exercise_path = ROOT / EXERCISE
+        exercise_path = clone[1] / EXERCISE
         original = exercise_path.read_text()
         page.goto(f"{base}/lab/tree/{EXERCISE}?token={token}")
         panel = _current_notebook(page, exercise_path.name)
@@ -276,7 +258,7 @@ def test_an_exercise_opens_as_a_notebook_and_a_correct_solution_passes_its_check
         _save_and_wait(page, exercise_path)
         stub_source = next(body for body in CODE_CELL.findall(original) if "class JpegFolderDataset" in body)
         expected = original.replace(stub_source, solution.rstrip("\n") + "\n", 1)
-        saved = _without_jupytext_version(exercise_path.read_text())
+        saved = exercise_path.read_text()
         assert saved == expected, "saving wrote other changes than the edited cell:\n" + _diff(expected, saved, EXERCISE)
 
 
@@ -307,10 +289,10 @@ def _glued_values(notebook: dict) -> dict[str, str]:
     return values
 
 
-def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(page, jupyterlab):
+def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(page, jupyterlab, clone):
     base, token = jupyterlab
     with _screenshot_on_failure(page, "chapter"):
-        chapter_path = ROOT / CHAPTER
+        chapter_path = clone[1] / CHAPTER
         paired_path = chapter_path.with_suffix(".ipynb")
         original = chapter_path.read_text()
         # As an attendee does: in the file browser, a double-click on the folder, one on the chapter.
@@ -352,8 +334,8 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
         ]
         assert not errors, f"{CHAPTER} raised in JupyterLab: {errors}"
         assert not not_run, f"Run All stopped: code cells at {not_run} did not run (after {run_seconds:.0f} s)"
-        saved = _without_jupytext_version(chapter_path.read_text())
-        assert saved == original, "saving changed the chapter's .md:\n" + _diff(original, saved, CHAPTER)
+        saved = chapter_path.read_text()
+        assert saved == original, "saving changed the chapter's .md (run `make headers`?):\n" + _diff(original, saved, CHAPTER)
         assert len(cells) == len(notebook["cells"]), "the page and the saved notebook disagree on the cells"
 
         glued = _glued_values(notebook)
@@ -379,3 +361,24 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
         assert glued, f"{CHAPTER} glued no values: the test would check nothing"
         assert not problems, "\n".join(problems)
         print(f"{CHAPTER}: ran in JupyterLab in {run_seconds:.0f} s; {len(glued)} cited values shown")
+
+
+# ---------------------------------------------------------------------------------------
+# Day 2: a fix arrives
+
+
+def test_after_running_and_saving_git_pull_brings_a_fix(clone, jupyterlab):
+    """The instructor fixes the chapter and the exercise the attendee ran and saved; `git pull` just works."""
+    upstream, attendee = clone
+    mine = (attendee / EXERCISE).read_text()
+    assert "NotImplementedError" not in mine.split("class JpegFolderDataset", 1)[1].split("```", 1)[0], \
+        "the exercise test did not save the attendee's solution first"
+    assert _git(attendee, "status", "--porcelain") == "", "running and saving left changes git would see"
+    fix = "\n<!-- a fix on day 2 -->\n"
+    for name in (CHAPTER, "exercises/01_jpeg_dataset.md"):
+        (upstream / name).write_text((upstream / name).read_text() + fix)
+    _git(upstream, "commit", "-qam", "day 2: a fix to chapter 3 and exercise 1")
+    pulled = subprocess.run(["git", "pull", "--ff-only"], cwd=attendee, capture_output=True, text=True)
+    assert pulled.returncode == 0, f"git pull failed:\n{pulled.stdout}{pulled.stderr}"
+    assert (attendee / CHAPTER).read_text().endswith(fix)
+    assert (attendee / EXERCISE).read_text() == mine, "the attendee's own copy must stay as they saved it"

@@ -37,7 +37,7 @@ def test_bench_bars_and_label_sequence():
     assert "images/s" in fig.axes[0].get_xlabel()
     plt.close(fig)
     fig = plots.plot_label_sequence({"sorted": [0] * 50 + [1] * 50, "shuffled": list(np.arange(100) % 10)})
-    assert "samples" in fig.axes[0].get_xlabel()
+    assert "samples" in fig.axes[-1].get_xlabel()
     plt.close(fig)
 
 

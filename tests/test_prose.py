@@ -131,6 +131,15 @@ def test_figures_binds_names_where_the_caller_reads_them(monkeypatch):
     assert glued == {"cited_rate": ("452", False), "cited_count": (3, False)}
 
 
+def test_figures_binds_names_without_the_book_tools(monkeypatch):
+    """An attendee's environment (make lab, no dev extra) has no myst-nb: the names are still bound."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # import myst_nb now raises ImportError
+    prose.figures(cited_without_book="17")
+    assert cited_without_book == "17"  # noqa: F821 - bound by figures() in this module's globals
+
+
 def test_a_sentence_helper_returns_exactly_the_names_it_declares():
     @prose.provides_figures("a", "b")
     def helper(extra=False):

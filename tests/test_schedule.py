@@ -177,3 +177,60 @@ def test_every_chapter_is_taught_on_one_of_the_two_days():
     exercises = {Path(e).name for e in schedule.toc_exercises(ROOT)}
     planned = schedule.CORE_EXERCISES + schedule.SECOND_DAY_EXERCISES
     assert set(planned) <= exercises, set(planned) - exercises
+
+
+# ------------------------------------------------------------------ teaching live
+
+
+def _rows():
+    return [
+        schedule.Session("chapters/00_setup", 100, 2, read_min=10.0, run_min=1.0),
+        schedule.Session("chapters/01_jpeg_files", 1000, 10, read_min=40.0, run_min=2.0, exercise="01_jpeg_dataset",
+                         exercise_min=30.0),
+    ]
+
+
+def test_live_teaching_multiplies_reading_and_exercises_not_running():
+    rows = _rows()
+    items = dict(schedule.day_plan(rows, (0, 1), ("01_jpeg_dataset",), factor=1.5, setup_minutes=30))
+    assert items == {schedule.SETUP_ITEM: 30.0, "chapter 0 (00_setup)": 16.0, "chapter 1 (01_jpeg_files)": 62.0,
+                     "exercise 01_jpeg_dataset": 45.0}
+    assert dict(schedule.day_plan(rows, (0, 1), ("01_jpeg_dataset",))) == {
+        "chapter 0 (00_setup)": 11.0, "chapter 1 (01_jpeg_files)": 42.0, "exercise 01_jpeg_dataset": 30.0}
+    table = schedule.markdown_table(rows, factor=1.5)
+    assert "Live ×1.5 (min)" in table and re.search(r"\| 72 \| 107 \|$", table, re.M)
+
+
+def test_the_first_day_starts_with_the_setup_slot():
+    lines = schedule.timetable(schedule.day_plan(_rows(), (0, 1), (), factor=1.5, setup_minutes=30))
+    assert lines[0] == f"9:00-9:30 {schedule.SETUP_ITEM}"
+    report = schedule.report(_rows(), factor=1.5, setup_minutes=30)
+    assert "9:00-9:30 introductions and set-up" in report and "× 1.5" in report
+
+
+def test_sessions_that_overflow_two_days_are_packed_into_more():
+    items = [(f"item {i}", 150.0) for i in range(7)]
+    days = schedule.pack_days(items, minutes_per_day=390)
+    assert [len(day) for day in days] == [2, 2, 2, 1]
+    assert [name for day in days for name, _ in day] == [name for name, _ in items]
+    assert schedule.pack_days([("too long", 500.0), ("short", 10.0)], 390) == [[("too long", 500.0)], [("short", 10.0)]]
+
+
+def test_the_instructors_jobs_use_a_measured_make_test_and_scale_the_gradebook(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedule, "GRADEBOOK_SECONDS", {e: 60.0 for e in schedule.CORE_EXERCISES})
+    times = tmp_path / "test-times.json"
+    times.write_text('{"total_seconds": 1140.0}')
+    lines = "\n".join(schedule.preparation(30, times))
+    assert "make test: 19 min (measured here" in lines
+    assert "180 s per attendee for the core day's exercises" in lines and "for 30 attendees 90 min" in lines
+    monkeypatch.setattr(schedule, "GRADEBOOK_SECONDS", {})
+    monkeypatch.setattr(schedule, "MAKE_TEST_MINUTES", None)
+    lines = "\n".join(schedule.preparation(30, tmp_path / "missing.json"))
+    assert "make test: not measured yet" in lines and "make gradebook: not measured yet" in lines
+
+
+def test_the_command_line_refuses_a_factor_that_makes_no_sense(capsys):
+    for bad in (["--live-factor", "0"], ["--setup-minutes", "-5"], ["--attendees", "0"]):
+        with pytest.raises(SystemExit):
+            schedule.main(bad)
+        assert "must be positive" in capsys.readouterr().err

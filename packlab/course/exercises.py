@@ -162,6 +162,11 @@ def write_exercises(solutions_dir: Path | None = None, exercises_dir: Path | Non
     Returns the paths written or removed.
     """
     expected = expected_exercises(solutions_dir, exercises_dir)
+    if not expected:
+        raise ExerciseSourceError(
+            f"no solution notebooks in {solutions_dir or paths.repo_root() / 'solutions'}: an attendees' copy "
+            "(make release) has none, and its exercises/ stay as released; nothing was written or removed"
+        )
     exercises_dir = exercises_dir or paths.repo_root() / "exercises"
     exercises_dir.mkdir(parents=True, exist_ok=True)
     changed = sorted(set(exercises_dir.glob(NOTEBOOK_GLOB)) - set(expected))

@@ -26,7 +26,8 @@ every check, to a JSON file (``--report``).
 
 ``--class DIR`` grades a workshop: every attendee's exercise notebooks, found as
 ``DIR/<attendee>/exercises/NN_topic.md`` (or ``.ipynb``), one after the other, each in a
-fresh kernel. It writes one CSV (``--csv``, default ``DIR/gradebook.csv``) with a row per
+fresh kernel. The ``<attendee>.zip`` files ``make submit`` writes can simply be put into
+``DIR``: each is unpacked into that layout first (:func:`packlab.course.release.unpack_submissions`). It writes one CSV (``--csv``, default ``DIR/gradebook.csv``) with a row per
 attendee, exercise, check and part (``passed`` 0 or 1) and total rows, and prints a
 table with one line per attendee. A notebook that hangs or crashes is named in its
 total row's note and never stops the run.
@@ -509,6 +510,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no such folder: {args.class_dir}", file=sys.stderr)
             return 2
         exercises = [s.strip() for s in args.exercises.split(",") if s.strip()] if args.exercises else None
+        from packlab.course import release
+
+        try:
+            unpacked = release.unpack_submissions(args.class_dir)
+        except release.ReleaseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if unpacked:
+            print(f"unpacked {len(unpacked)} submission(s) of make submit: {', '.join(unpacked)}")
         rows = grade_class(args.class_dir, args.cell_timeout, args.notebook_timeout, exercises)
         csv_path = write_gradebook(rows, args.csv or args.class_dir / "gradebook.csv")
         print()

@@ -14,10 +14,18 @@ Three things make that work, and this module is the one place that sets them up,
   once opened as text would reopen as text. The course's JupyterLab keeps its workspaces
   and user settings in ``_build/lab/`` instead of the home folder.
 * **The command line.** The server listens on 127.0.0.1 only, serves the repository,
-  and adds ``--allow-root`` when run as root (JupyterLab refuses root otherwise).
+  and adds ``--allow-root`` when run as root (JupyterLab refuses root otherwise). On a
+  remote machine (a cluster node, a server) start it with ``--no-browser`` and reach it
+  through an ssh tunnel (see the book's setup page).
+* **The attendee's own copies.** The first start copies every exercise into
+  ``mywork/exercises/`` (git-ignored, :func:`packlab.course.release.copy_exercises`);
+  attendees work there, so their code never stands in the way of a ``git pull``, and
+  ``make submit`` packs that folder for the grader.
 
 Saving a notebook writes the ``.md`` file back through jupytext, filtered by
-``jupytext.toml`` (see the comments there).
+``jupytext.toml`` (see the comments there). The chapters' headers are committed as
+jupytext writes them (``make headers``), so saving a chapter that was only run leaves it
+byte-identical.
 """
 
 from __future__ import annotations
@@ -62,19 +70,21 @@ def command(
     token: str | None = None,
     open_browser: bool = True,
     port_retries: int | None = None,
+    root: Path | None = None,
 ) -> list[str]:
     """The command line that starts the course's JupyterLab on the repository.
 
     ``state_dir`` holds the workspaces and user settings (a fresh folder gives a
     JupyterLab that remembers nothing). ``token=None`` lets Jupyter make up a token and
     print the URL with it; ``port_retries=0`` fails instead of moving to another port.
+    ``root`` is the folder it serves (default: this repository; a test serves a clone).
     """
     state_dir = Path(state_dir).resolve()
     cmd = [
         sys.executable, "-m", "jupyterlab",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
-        f"--ServerApp.root_dir={paths.repo_root()}",
+        f"--ServerApp.root_dir={Path(root or paths.repo_root()).resolve()}",
         f"--LabApp.workspaces_dir={state_dir / 'workspaces'}",
         f"--LabApp.user_settings_dir={state_dir / 'user-settings'}",
         f"--ServerApp.open_browser={open_browser}",
@@ -88,29 +98,46 @@ def command(
     return cmd
 
 
-def prepare(state_dir: Path = STATE_DIR) -> None:
-    """Install the settings and create the state folders: everything before the command runs."""
+def prepare(state_dir: Path = STATE_DIR, root: Path | None = None) -> list[Path]:
+    """Everything before the command runs: the settings, the state folders, the attendee's copies.
+
+    Returns the exercise copies made now in ``mywork/exercises/`` (none after the first start).
+    """
+    from packlab.course import release
+
     install_settings()
     for folder in ("workspaces", "user-settings"):
         (Path(state_dir) / folder).mkdir(parents=True, exist_ok=True)
+    return release.copy_exercises(root)
 
 
 BANNER = """\
 Starting JupyterLab on the course (stop it with Ctrl+C, twice).
   Open the http://127.0.0.1:... URL it prints below, with its ?token=... part.
-  Double-click a chapter (chapters/) or an exercise (exercises/) to open it as a notebook.
-  Should a .md file ever open as text: right-click it -> Open With -> Jupytext Notebook.
+  On a remote machine: ssh -L 8888:127.0.0.1:<port> you@machine, then open that URL here.
+  Double-click a chapter (chapters/) or your copy of an exercise (mywork/exercises/) to
+  open it as a notebook. Should a .md file open as text: right-click it -> Open With ->
+  Jupytext Notebook. When you leave a chapter: File -> Shut Down Kernel (memory).
 """
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m packlab.course.lab", description="Start JupyterLab on the course.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default %(default)s)")
-    parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    parser.add_argument("--no-browser", action="store_true",
+                        help="do not open a web browser (a remote machine: reach it through an ssh tunnel)")
+    parser.add_argument("--setup-only", action="store_true",
+                        help="install the settings and copy the exercises into mywork/, then stop (for a JupyterLab "
+                             "started otherwise: Open OnDemand, a hub)")
     args = parser.parse_args(argv)
-    prepare()
+    made = prepare()
+    if args.setup_only:
+        print(f"JupyterLab settings installed into this environment; {len(made)} exercises copied into mywork/exercises/")
+        return
     cmd = command(port=args.port, open_browser=not args.no_browser)
     print(BANNER, flush=True)
+    if made:
+        print(f"  Copied {len(made)} exercises into mywork/exercises/: work there (git-ignored, yours).\n", flush=True)
     os.chdir(paths.repo_root())
     os.execv(cmd[0], cmd)  # JupyterLab takes over this process: Ctrl+C reaches it directly
 

@@ -54,13 +54,21 @@ def figures(**values: Any) -> None:
     Binds every name in the notebook's namespace (what JupyterLab's ``{eval}`` reads) and
     glues its value under the same name (what the book's ``{eval}`` reads; the glue output
     is invisible in both). Returns nothing, so a cell that ends with it shows nothing.
+
+    Gluing needs myst-nb, which comes with the book tools (``pip install -e '.[dev]'``);
+    an attendee's environment without them (``make lab``) only binds the names, which is
+    all JupyterLab reads.
     """
-    from myst_nb import glue
+    try:
+        from myst_nb import glue
+    except ImportError:  # no book tools here: JupyterLab needs only the names
+        glue = None
 
     namespace = _notebook_namespace()
     for name, value in values.items():
         namespace[name] = value
-        glue(name, value, display=False)
+        if glue is not None:
+            glue(name, value, display=False)
 
 
 def listing(*objects: Any):

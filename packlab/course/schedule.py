@@ -16,15 +16,27 @@ has three parts, each computed from something anyone can look at:
   one a behaviour to get right, at :data:`MINUTES_PER_CHECK_PART`) and the measured run
   of its solution notebook.
 
+Reading is not teaching. A room taught live goes slower than one reader: the instructor
+explains and types, questions come, and the room waits for most of its attendees, not
+for the mean one. The plan therefore multiplies reading and exercise minutes by
+:data:`LIVE_TEACHING_FACTOR` (1.5 by default, ``--live-factor``; 1 gives the reading
+model), keeps the measured running time as it is, and starts the first day with
+:data:`SETUP_MINUTES` for introductions and set-up (``make doctor`` on every machine;
+``--setup-minutes``).
+
 ``python -m packlab.course.schedule`` prints the table in Markdown, then the one-day core track
 (:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) and the second day with clock times, and
-says whether each fits the teaching time of a day. ``--cache PATH`` reads another
+says whether each fits the teaching time of a day; where one does not, it also packs the
+same sessions into as many days as they need. Last it says how long an instructor's own
+jobs take: ``make test`` and ``make book`` before the day, and ``make gradebook`` for
+``--attendees N`` after it (:func:`preparation`). ``--cache PATH`` reads another
 checkout's cache, e.g. that of the machine that ran ``make test``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
@@ -44,6 +56,35 @@ MINUTES_PER_CHECK_PART = 1.0
 #: Minutes to read one code cell and look at what it printed or plotted (the words of the
 #: rate above are prose only; a chapter with twice the cells takes longer to follow).
 MINUTES_PER_CODE_CELL = 0.5
+
+#: Live teaching against reading alone (see the module docstring): reading and exercise
+#: minutes are multiplied by this; 1.5 is a common rule of thumb for hands-on workshops
+#: (an estimate, like the rates above: time your own room and change it).
+LIVE_TEACHING_FACTOR = 1.5
+#: Minutes for introductions and set-up at the start of the first day: every attendee runs
+#: ``make doctor`` and opens chapter 0, and a helper fixes what it marks ✗.
+SETUP_MINUTES = 30
+
+#: Instructor's jobs, measured on a 2-core machine (see instructor.md). ``make test``
+#: (when ``_build/test-times.json`` is there, its measured total is used instead) and
+#: ``make book`` after it (the book reuses nbval's runs). None: not measured yet.
+MAKE_TEST_MINUTES: float | None = None  # TODO-LEAD: a clean-clone `make test` on 2 cores, all chapters
+MAKE_BOOK_AFTER_TEST_MINUTES: float | None = None  # TODO-LEAD: `make book` right after it
+#: Seconds ``make gradebook`` takes per attendee and exercise notebook: the solution
+#: notebook graded in a fresh kernel (``grade.grade_class`` on a class of one), on a
+#: 2-core machine with nothing else running, 26 November 2026. Each run also wrote the
+#: checks' fixture archives, which later attendees find cached: an upper bound.
+GRADEBOOK_SECONDS: dict[str, float] = {
+    "01_jpeg_dataset": 17.3,
+    "02_zip_packing": 17.9,
+    "03_per_worker_zip": 37.7,
+    "04_tar_shards": 22.5,
+    "05_shard_split": 13.2,
+    "06_bottleneck": 43.6,
+    "07_parallel_map": 8.4,
+    "08_lmdb": 15.7,
+    "09_resuming_shards": 34.6,
+}
 
 #: The workshop day: start, end, and the breaks (name, start, minutes), as clock minutes.
 DAY_START = 9 * 60
@@ -278,6 +319,13 @@ class Session:
     def chapter_min(self) -> float:
         return self.read_min + (self.run_min or 0.0)
 
+    def live_chapter_min(self, factor: float = LIVE_TEACHING_FACTOR) -> float:
+        """The chapter taught live: its reading at ``factor``, its measured running as it is."""
+        return self.read_min * factor + (self.run_min or 0.0)
+
+    def live_exercise_min(self, factor: float = LIVE_TEACHING_FACTOR) -> float | None:
+        return None if self.exercise_min is None else self.exercise_min * factor
+
 
 def reading_minutes(text: NotebookText) -> float:
     """Minutes to follow a chapter: its prose at :data:`WORDS_PER_MINUTE`, its cells at :data:`MINUTES_PER_CODE_CELL`."""
@@ -338,40 +386,69 @@ def _hours(minutes: float) -> str:
     return f"{minutes / 60:.1f} h"
 
 
-def markdown_table(rows: list[Session]) -> str:
-    """The schedule as a Markdown table, one row per session and a row of totals."""
+def markdown_table(rows: list[Session], factor: float = LIVE_TEACHING_FACTOR) -> str:
+    """The schedule as a Markdown table, one row per session and a row of totals.
+
+    ``Total`` is the reading model; ``Live`` the same session taught live (reading and
+    exercise at ``factor``, running as measured).
+    """
     lines = [
-        "| Session | Chapter | Words | Code cells | Read (min) | Run (min) | Exercise | Exercise (min, est.) | Total (min) |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| Session | Chapter | Words | Code cells | Read (min) | Run (min) | Exercise | Exercise (min, est.) | Total (min) | "
+        f"Live ×{factor:g} (min) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for row in rows:
         exercise = "none" if row.exercise is None else row.exercise
         total = row.chapter_min + (row.exercise_min or 0.0)
+        live = row.live_chapter_min(factor) + (row.live_exercise_min(factor) or 0.0)
         lines.append(
             f"| {row.number} | {Path(row.chapter).name} | {row.words:,} | {row.code_cells} | "
             f"{_minutes(row.read_min)} | {_minutes(row.run_min)} | {exercise} | "
-            f"{'' if row.exercise is None else _minutes(row.exercise_min)} | {_minutes(total)} |"
+            f"{'' if row.exercise is None else _minutes(row.exercise_min)} | {_minutes(total)} | {_minutes(live)} |"
         )
     read = sum(r.read_min for r in rows)
     run = sum(r.run_min or 0.0 for r in rows)
     exercises = sum(r.exercise_min or 0.0 for r in rows)
+    live = (read + exercises) * factor + run
     lines.append(
         f"| | **all** | {sum(r.words for r in rows):,} | {sum(r.code_cells for r in rows)} | "
         f"{_minutes(read)} | {_minutes(run)} | | {_minutes(exercises)} | "
-        f"{_minutes(read + run + exercises)} ({_hours(read + run + exercises)}) |"
+        f"{_minutes(read + run + exercises)} ({_hours(read + run + exercises)}) | {_minutes(live)} ({_hours(live)}) |"
     )
     return "\n".join(lines)
 
 
-def day_plan(rows: list[Session], chapters, exercises) -> list[tuple[str, float]]:
-    """A day's items in order: each of its chapters, then the chapter's exercise if the day has it."""
-    items = []
+SETUP_ITEM = "introductions and set-up (make doctor on every machine)"
+
+
+def day_plan(rows: list[Session], chapters, exercises, factor: float = 1.0, setup_minutes: float = 0.0) -> list[tuple[str, float]]:
+    """A day's items in order: the set-up slot if any, each of its chapters, then the chapter's exercise if the day has it.
+
+    Reading and exercise minutes are multiplied by ``factor`` (1: the reading model).
+    """
+    items = [(SETUP_ITEM, float(setup_minutes))] if setup_minutes else []
     for row in rows:
         if row.number in chapters:
-            items.append((f"chapter {row.number} ({Path(row.chapter).name})", row.chapter_min))
+            items.append((f"chapter {row.number} ({Path(row.chapter).name})", row.live_chapter_min(factor)))
             if row.exercise in exercises:
-                items.append((f"exercise {row.exercise}", row.exercise_min or 0.0))
+                items.append((f"exercise {row.exercise}", row.live_exercise_min(factor) or 0.0))
     return items
+
+
+def pack_days(items: list[tuple[str, float]], minutes_per_day: float = TEACHING_MINUTES_PER_DAY) -> list[list[tuple[str, float]]]:
+    """``items`` in order, cut into days of at most ``minutes_per_day`` at item boundaries.
+
+    An item longer than a whole day gets a day of its own (and overruns it).
+    """
+    days: list[list[tuple[str, float]]] = [[]]
+    used = 0.0
+    for name, minutes in items:
+        if days[-1] and used + minutes > minutes_per_day:
+            days.append([])
+            used = 0.0
+        days[-1].append((name, minutes))
+        used += minutes
+    return [day for day in days if day]
 
 
 def timetable(items: list[tuple[str, float]]) -> list[str]:
@@ -413,8 +490,7 @@ def _clock(minutes: float) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}"
 
 
-def _day(title: str, rows: list[Session], chapters, exercises) -> list[str]:
-    items = day_plan(rows, chapters, exercises)
+def _day(title: str, items: list[tuple[str, float]], chapters, exercises) -> list[str]:
     minutes = sum(m for _, m in items)
     verdict = "fits" if minutes <= TEACHING_MINUTES_PER_DAY else "does NOT fit"
     return [
@@ -427,22 +503,65 @@ def _day(title: str, rows: list[Session], chapters, exercises) -> list[str]:
     ]
 
 
-def report(rows: list[Session]) -> str:
-    """The table, how it was computed, and the two days against the teaching time of a day."""
+def preparation(attendees: int, test_times: Path | None = None) -> list[str]:
+    """How long the instructor's own jobs take: make test and make book before, make gradebook after.
+
+    ``make test``: the measured total of ``test_times`` (``_build/test-times.json``) when
+    given and there, else :data:`MAKE_TEST_MINUTES`; ``make gradebook``: ``attendees``
+    times :data:`GRADEBOOK_SECONDS` of the planned exercises, and of all of them.
+    """
+    import json
+
+    out = ["", "The instructor's jobs (2-core machine):"]
+    test = MAKE_TEST_MINUTES
+    source = "measured for this guide"
+    if test_times is not None and test_times.is_file():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            test = float(json.loads(test_times.read_text())["total_seconds"]) / 60
+            source = f"measured here, {test_times}"
+    out.append(f"- make test: {'not measured yet' if test is None else f'{_minutes(test)} min ({source})'}")
+    book = MAKE_BOOK_AFTER_TEST_MINUTES
+    out.append(f"- make book right after make test (it reuses nbval's runs): {'not measured yet' if book is None else f'{_minutes(book)} min'}")
+    planned = [e for e in CORE_EXERCISES + SECOND_DAY_EXERCISES if e in GRADEBOOK_SECONDS]
+    if GRADEBOOK_SECONDS:
+        core = sum(GRADEBOOK_SECONDS.get(e, 0.0) for e in CORE_EXERCISES)
+        every = sum(GRADEBOOK_SECONDS.values())
+        out.append(
+            f"- make gradebook, one notebook after another: {core:.0f} s per attendee for the core day's exercises, "
+            f"{every:.0f} s for all {len(GRADEBOOK_SECONDS)}; for {attendees} attendees "
+            f"{_minutes(attendees * core / 60)} min and {_minutes(attendees * every / 60)} min"
+            + ("" if len(planned) == len(CORE_EXERCISES + SECOND_DAY_EXERCISES) else " (some exercises not measured)")
+        )
+    else:
+        out.append("- make gradebook: not measured yet")
+    return out
+
+
+def report(rows: list[Session], factor: float = LIVE_TEACHING_FACTOR, setup_minutes: float = SETUP_MINUTES,
+           attendees: int = 20, test_times: Path | None = None) -> str:
+    """The table, how it was computed, the two days against the teaching time of a day, and the instructor's jobs."""
     missing = [Path(r.chapter).name for r in rows if r.run_min is None]
-    out = [markdown_table(rows), ""]
+    out = [markdown_table(rows, factor), ""]
     out.append(
         f"Reading at {WORDS_PER_MINUTE} words/min (markdown cells only) plus "
         f"{MINUTES_PER_CODE_CELL:g} min per code cell; running measured "
         f"from the execution cache; exercises estimated from their prose at the same rate, "
         f"{MINUTES_PER_SOLUTION_LINE:g} min per line of the solution's graded blocks, "
         f"{MINUTES_PER_CHECK_PART:g} min per part of their checks and the solution "
-        "notebook's measured run."
+        f"notebook's measured run. Taught live: reading and exercises × {factor:g}, running as measured; "
+        f"the first day starts with {setup_minutes:g} min of introductions and set-up."
     )
     if missing:
         out.append(f"No measured run in the cache for: {', '.join(missing)} (counted as 0 min).")
-    out += _day("Day one, the core track", rows, CORE_CHAPTERS, CORE_EXERCISES)
-    out += _day("Day two", rows, SECOND_DAY_CHAPTERS, SECOND_DAY_EXERCISES)
+    day_one = day_plan(rows, CORE_CHAPTERS, CORE_EXERCISES, factor, setup_minutes)
+    day_two = day_plan(rows, SECOND_DAY_CHAPTERS, SECOND_DAY_EXERCISES, factor)
+    out += _day("Day one, the core track", day_one, CORE_CHAPTERS, CORE_EXERCISES)
+    out += _day("Day two", day_two, SECOND_DAY_CHAPTERS, SECOND_DAY_EXERCISES)
+    if sum(m for _, m in day_one) > TEACHING_MINUTES_PER_DAY or sum(m for _, m in day_two) > TEACHING_MINUTES_PER_DAY:
+        days = pack_days(day_one + day_two)
+        out += ["", f"At this pace the same sessions need {len(days)} days; cut at session boundaries:"]
+        for number, day in enumerate(days, start=1):
+            out += ["", f"Day {number} ({_hours(sum(m for _, m in day))}):", *timetable(day)]
     planned = set(CORE_EXERCISES) | set(SECOND_DAY_EXERCISES)
     optional = [r for r in rows if r.exercise is not None and r.exercise not in planned]
     if optional:
@@ -451,6 +570,7 @@ def report(rows: list[Session]) -> str:
     unplanned = [Path(r.chapter).name for r in rows if r.number not in CORE_CHAPTERS + SECOND_DAY_CHAPTERS]
     if unplanned:
         out += ["", f"Chapters in neither day (add them to a day in packlab/course/schedule.py): {', '.join(unplanned)}."]
+    out += preparation(attendees, test_times)
     return "\n".join(out)
 
 
@@ -465,14 +585,23 @@ def main(argv: list[str] | None = None) -> int:
         default=paths.repo_root() / CACHE_DIR,
         help="Jupyter Book's execution cache to read the running times from (default: %(default)s)",
     )
+    parser.add_argument("--live-factor", type=float, default=LIVE_TEACHING_FACTOR,
+                        help="reading and exercise minutes taught live are this many times the reading model's "
+                             "(default %(default)s; 1 gives the reading model)")
+    parser.add_argument("--setup-minutes", type=float, default=SETUP_MINUTES,
+                        help="introductions and set-up at the start of day one (default %(default)s)")
+    parser.add_argument("--attendees", type=int, default=20, help="class size for make gradebook's time (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.live_factor <= 0 or args.setup_minutes < 0 or args.attendees < 1:
+        parser.error("--live-factor must be positive, --setup-minutes not negative, --attendees at least 1")
     root = paths.repo_root()
     try:
         seconds = execution_seconds(args.cache)
     except MissingCacheError as error:
         print(f"packlab.course.schedule: {error}", file=sys.stderr)
         return 2
-    print(report(sessions(root, seconds, check_parts())))
+    times = Path(args.cache).resolve().parent / "test-times.json"
+    print(report(sessions(root, seconds, check_parts()), args.live_factor, args.setup_minutes, args.attendees, times))
     return 0
 
 

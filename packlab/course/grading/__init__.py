@@ -38,7 +38,15 @@ their own for starting up: each is a new Python process that imports torch befor
 reads anything, which takes seconds on an idle machine and can take minutes on a busy
 one, so their start-up is not counted against the wait for a batch. The limits are the
 ``timeout`` (whole check), ``part_timeout``, ``startup_timeout`` and ``loader_timeout``
-keyword arguments of :func:`check`; ``parts=[...]`` runs only the parts named.
+keyword arguments of :func:`check`; ``parts=[...]`` runs only the parts named, and
+``parts="core"`` one stage of a long exercise.
+
+Hints that teach
+----------------
+A failed part prints a *nudge* by default (level 1: the idea to look at), and the
+code-level hint only when asked (``check(..., hints=2)``); a part that fails on the
+exercise's untouched stub is "not started" and prints no hint. The nudges and the stages
+of long exercises live in :mod:`packlab.course.grading.teaching`.
 
 How a class defined in a notebook is tested under ``spawn``
 -----------------------------------------------------------
@@ -86,6 +94,8 @@ The package
   :class:`Context` a part receives, making notebook classes importable for spawn
   workers, the watchdog that runs parts in killable children, the registry,
   :func:`check` and :func:`list_checks`;
+* :mod:`packlab.course.grading.teaching` — every part's nudge (level-1 hint) and the
+  stages (``"core"``, ``"stretch"``) of long exercises;
 * :mod:`packlab.course.grading.fixtures` — what several exercises share: cached fixture
   archives, the SHA-256 transform, DataLoaders with time limits, epoch collection and
   audits, handle inspection;
@@ -107,8 +117,10 @@ How to add an exercise
    ``fixture_*`` helpers), parts (functions ``part(ctx: Context) -> str`` that return a
    short success message or raise :class:`PartFailed` saying what is wrong), and
    ``register(id, "NN_topic", description, signature, fixtures, [(name, description,
-   hint, part), ...])``. Keep a check within about 20 s on two cores: use at most two
-   ``spawn`` workers and few samples.
+   hint, part), ...])``, where ``hint`` is the code-level hint; add each part's nudge (what
+   to think about, not what to type) to :data:`~packlab.course.grading.teaching.NUDGES`.
+   Keep a check within about 20 s on two cores: use at most two ``spawn`` workers and
+   few samples.
 3. ``make exercises`` writes ``exercises/NN_topic.md`` (stubs in place of the solutions);
    ``tests/test_exercises.py`` then checks that the solution passes every part and the
    untouched stubs fail every part.
@@ -140,7 +152,7 @@ from packlab.course.grading.core import (
 from packlab.course.grading.fixtures import sha256_transform
 
 #: Modules of this package that are not exercise modules.
-MACHINERY = frozenset({"core", "fixtures"})
+MACHINERY = frozenset({"core", "fixtures", "teaching"})
 
 # Older name, still used by tests/test_start_methods.py.
 _definitions_only = definitions_only

@@ -45,6 +45,13 @@ STARTUP_TIMEOUT = 120.0
 LOADER_TIMEOUT = 60.0
 
 
+#: What the exercises' stubs raise (``raise NotImplementedError("your code here")``, written
+#: by :mod:`packlab.course.exercises`): a part that fails with it is "not started", not wrong.
+STUB_MESSAGE = "your code here"
+#: Hint levels of :func:`check`: 0 none, 1 the nudge (default), 2 the nudge and the code-level hint.
+HINT_LEVELS = (0, 1, 2)
+
+
 class PartFailed(Exception):
     """Raised by a part of a check with a message saying what the candidate did wrong."""
 
@@ -54,7 +61,12 @@ class PartFailed(Exception):
 
 @dataclass
 class PartResult:
-    """The outcome of one graded part of a check."""
+    """The outcome of one graded part of a check.
+
+    ``nudge`` is the level-1 hint (the idea), ``hint`` the level-2, code-level one (see
+    :mod:`packlab.course.grading.teaching`). ``not_started`` is true when the part failed
+    only on the exercise's stub (``NotImplementedError("your code here")``).
+    """
 
     name: str
     description: str
@@ -62,6 +74,18 @@ class PartResult:
     message: str
     hint: str
     seconds: float = 0.0
+    nudge: str = ""
+    not_started: bool = False
+
+    @property
+    def status(self) -> str:
+        """``"passed"``, ``"failed"`` or ``"not started"``."""
+        return "passed" if self.passed else "not started" if self.not_started else "failed"
+
+
+def is_stub_failure(message: str) -> bool:
+    """Did a part fail only because it reached an exercise stub that was not filled in yet?"""
+    return "NotImplementedError" in message and STUB_MESSAGE in message
 
 
 @dataclass
@@ -85,23 +109,44 @@ class CheckResult:
     def passed(self) -> bool:
         return self.score == self.max_score
 
-    def report(self) -> str:
-        """The friendly report :func:`check` prints: one line per part, details and a hint per failure."""
+    def report(self, hints: int = 1) -> str:
+        """The friendly report :func:`check` prints: one line per part, what went wrong under each ✗.
+
+        ``hints`` is how much help a failed part gets: 0 none, 1 its nudge (the idea to
+        look at), 2 the nudge and the code-level hint. A part that is not started yet
+        (it reached the exercise's stub) is marked ``·`` and gets no hint at all.
+        """
+        if hints not in HINT_LEVELS:
+            raise ValueError(f"hints must be one of {HINT_LEVELS}, not {hints!r}")
         width = max(len(p.name) for p in self.parts)
         lines = [f"check {self.exercise_id!r} on {self.candidate}: {self.score}/{self.max_score} parts passed"]
         for part in self.parts:
-            mark = "✓" if part.passed else "✗"
-            lines.append(f"  {mark} {part.name.ljust(width)}  {part.description}")
-            if not part.passed:
-                lines += [f"      {line}" for line in part.message.splitlines()]
+            mark = "✓" if part.passed else "·" if part.not_started else "✗"
+            lines.append(f"  {mark} {part.name.ljust(width)}  {part.description}" + ("  (not started)" if part.not_started else ""))
+            if part.passed or part.not_started:
+                continue
+            lines += [f"      {line}" for line in part.message.splitlines()]
+            if hints >= 1 and part.nudge:
+                lines.append(f"      think: {part.nudge}")
+            if hints >= 2:
                 lines.append(f"      hint: {part.hint}")
+        failed = [p for p in self.parts if p.status == "failed"]
+        waiting = [p for p in self.parts if p.not_started]
         if self.passed:
             lines.append(f"All parts passed ({self.seconds:.1f} s). Well done!")
+        elif waiting and not failed:
+            lines.append(f'Not started yet: fill in the code that raises NotImplementedError("{STUB_MESSAGE}"), '
+                         f"run its cell, then run this check again ({self.seconds:.1f} s).")
         else:
-            lines.append(f"Fix the parts marked ✗ and run the check again ({self.seconds:.1f} s).")
+            lines.append(f"Fix the parts marked ✗ and run the check again ({self.seconds:.1f} s)."
+                         + (" Parts marked · are not started yet." if waiting else ""))
+            if hints < 2:
+                lines.append("Stuck on one? Run the check with hints=2 for a hint at the code, e.g. "
+                             f"check({self.exercise_id!r}, {self.candidate}, hints=2).")
         return "\n".join(lines)
 
-    __str__ = report
+    def __str__(self) -> str:
+        return self.report()
 
     def __repr__(self) -> str:
         return f"<CheckResult {self.exercise_id}: {self.score}/{self.max_score}>"
@@ -674,8 +719,13 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
     * ``part_timeout`` — seconds for one part (default :data:`PART_TIMEOUT`);
     * ``startup_timeout`` — seconds for spawn workers to start (default :data:`STARTUP_TIMEOUT`);
     * ``loader_timeout`` — the ``timeout`` of every DataLoader the check creates (default :data:`LOADER_TIMEOUT`);
-    * ``parts=["name", ...]`` — run only these parts (to work on one at a time); such a
-      partial check is not recorded for the notebook grader;
+    * ``parts=["name", ...]`` — run only these parts (to work on one at a time), or
+      ``parts="core"``: a stage of a long exercise (:data:`~packlab.course.grading.teaching.STAGES`;
+      exercise 4 has ``"core"`` and ``"stretch"``); such a partial check is not recorded for
+      the notebook grader;
+    * ``hints=1`` — how much help a failed part prints: 0 none, 1 a nudge towards the idea
+      (the default), 2 also the code-level hint. A part not started yet (it reached the
+      exercise's ``NotImplementedError`` stub) prints none;
     * ``quiet=True`` — do not print the report;
     * ``record=False`` — do not record the result for the notebook grader (for demonstrations).
 
@@ -684,9 +734,12 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
     """
     if exercise_id not in _EXERCISES:
         raise ValueError(f"no check called {exercise_id!r}; the checks are: {', '.join(e.id for e in _exercises())}")
-    unknown = set(kwargs) - {"timeout", "part_timeout", "startup_timeout", "loader_timeout", "parts", "quiet", "record"}
+    unknown = set(kwargs) - {"timeout", "part_timeout", "startup_timeout", "loader_timeout", "parts", "quiet", "record", "hints"}
     if unknown:
         raise TypeError(f"check() got unexpected keyword arguments {sorted(unknown)}")
+    hints = kwargs.get("hints", 1)
+    if hints not in HINT_LEVELS:
+        raise ValueError(f"check(..., hints={hints!r}): hints is 0 (none), 1 (a nudge, the default) or 2 (also a hint at the code)")
     exercise = _EXERCISES[exercise_id]
     if not callable(candidate):
         raise TypeError(
@@ -694,6 +747,17 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
             f"the check calls it as {exercise.signature[: exercise.signature.index(')') + 1]}"
         )
     selected = kwargs.get("parts")
+    if isinstance(selected, str):
+        from packlab.course.grading import teaching
+
+        stage = teaching.stage_parts(exercise_id, selected)
+        if stage is None and selected in [part.name for part in exercise.parts]:
+            stage = (selected,)  # one part's name, without the brackets
+        if stage is None:
+            stages = ", ".join(repr(name) for name in teaching.STAGES.get(exercise_id, {})) or "none"
+            raise ValueError(f"check {exercise_id!r} has no stage {selected!r} (its stages: {stages}); "
+                             "parts= also takes a list of part names")
+        selected = list(stage)
     if selected is not None:
         names = [part.name for part in exercise.parts]
         wrong = [name for name in selected if name not in names]
@@ -715,10 +779,14 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
         parts = _run_isolated(exercise, candidate, fixtures, limits)
     else:
         parts = _run_in_process(exercise, candidate, fixtures, limits)
+    from packlab.course.grading import teaching
+
+    parts = [replace(part, nudge=teaching.nudge(exercise_id, part.name, part.description),
+                     not_started=not part.passed and is_stub_failure(part.message)) for part in parts]
     name = getattr(candidate, "__name__", type(candidate).__name__)
     result = CheckResult(exercise_id, name, parts, time.perf_counter() - start)
     if kwargs.get("record", True) and selected is None:
         _record(result, exercise.notebook)
     if not kwargs.get("quiet", False):
-        print(result.report())
+        print(result.report(hints=hints))
     return result

@@ -1,0 +1,170 @@
+"""How the checks teach: a nudge before the code-level hint, and stages for long exercises.
+
+**Two levels of hint.** Every part of a check has two hints. Level 1, the *nudge*, points
+at the idea (what to think about, which chapter showed it) without saying what to type;
+it is what ``check()`` prints by default. Level 2 is the part's code-level hint, kept
+with the part in its exercise module (``register(...)``); ``check(..., hints=2)`` prints
+both. A part that fails only because the attendee has not written that code yet (the
+stub's ``NotImplementedError("your code here")``) gets neither: it is "not started".
+
+**Stages.** A long exercise is taught in stages: the core parts first, the stretch parts
+for whoever is ahead. :data:`STAGES` names groups of a check's parts, and
+``check(id, candidate, parts="core")`` runs one group (``parts=[...]`` takes part names).
+
+Both tables are keyed by check id and part name; ``tests/test_grading_teaching.py``
+fails when a registered part has no nudge, or a stage names a part that does not exist,
+so a new part gets its nudge where it is added.
+"""
+
+from __future__ import annotations
+
+#: Level-1 hints: ``{check id: {part name: nudge}}``.
+NUDGES: dict[str, dict[str, str]] = {
+    "jpeg_dataset": {
+        "length": "a Dataset's length is the number of keys it serves: which keys does it serve when none are given?",
+        "items": "what does the index say about which sample to return, and in which order were the keys given?",
+        "labels_pixels": "the label belongs to the key, not to the position; and the transform wants the file exactly as it is on disk",
+        "workers": "each worker gets a copy of the dataset and only an index: can one item be built from the index alone?",
+        "bad_key": "a key without a file is an error to report, with the key in it, not a gap to fill",
+    },
+    "jpeg_timing": {
+        "epochs": "one time per full pass over the loader, as many passes as asked",
+        "images": "count what the loader actually delivered; the last batch can be short",
+        "startup": "when does a pass start for whoever waits for it? Before or after the first batch arrives?",
+        "rate": "images per second over everything: all images, divided by all the time",
+    },
+    "zip_pack": {
+        "valid_zip": "a zip's table of contents is written at the end: when does your archive get its end?",
+        "jpeg_members": "the encoded variant stores each file's bytes exactly as they are on disk, under the sample's key",
+        "raw_members": "the raw variant stores decoded, resized pixels, as chapter 2's raw members are",
+        "labels": "the archive must be readable on its own: where do its labels live?",
+        "stored": "chapter 2 packs without compression: JPEG bytes do not shrink, and every read would pay for inflating",
+    },
+    "zip_dataset": {
+        "items": "the archive says which samples it holds: where in it are they listed?",
+        "jpeg_epoch": "an encoded member is a JPEG file: the same transform as for the folder applies",
+        "raw_epoch": "a raw member is only bytes: which shape and type did the packer give them?",
+        "self_contained": "everything the dataset needs must come out of the archive itself",
+    },
+    "per_worker_zip": {
+        "no_handle_in_init": "chapter 3: what happens to a handle opened in __init__ once the workers start?",
+        "pickle_after_use": "a spawn worker receives a pickled copy of the dataset: what in it cannot be pickled?",
+        "pixels": "the bytes of a member are a JPEG file: the dataset's transform turns them into the tensor",
+        "fork": "chapter 4: which process opened the handle this read goes through?",
+        "fork_after_parent_read": "after the parent has read once, a forked worker inherits its open handle: how does the worker know it is not its own?",
+        "spawn": "under spawn the worker imports your class and unpickles your dataset: both must work in a fresh process",
+        "close": "a process should be able to let go of every handle it opened",
+    },
+    "tar_write": {
+        "shards": "how many samples go in one shard, and how are the shards named in the WebDataset convention?",
+        "samples": "chapter 5: a sample is a group of members that share a key, one per field",
+        "sample_order": "the members of one sample must follow each other, in the order the samples were shuffled",
+        "shuffled": "chapter 5, 'Why shuffle before sharding': when does the order get mixed?",
+        "seeded": "the same seed must give the same shards, without touching anyone else's random state",
+    },
+    "tar_dataset": {
+        "one_process": "a shard is read front to back as a stream; a sample is complete once all its members have come by",
+        "fork_3_workers": "every worker runs __iter__ on its own copy: how does each one know which shards are its share?",
+        "spawn_2_workers": "under spawn the dataset is pickled into each worker: what must it not hold yet?",
+        "shuffle_epochs": "the workers must agree on one shard order per epoch, or they overlap and skip",
+        "shard_order": "with shuffling on, each epoch should read the shards in another order",
+        "reproducible": "the order must follow from the seed and the epoch alone, in whichever process computes it",
+        "seeded": "a different seed must give a different order",
+        "bounded_buffer": "a shuffle buffer holds a fixed number of samples, however long the shard",
+        "truncated_shard": "chapter 5: how does a reader tell a shard that ended from one that was cut off?",
+    },
+    "shard_split": {
+        "exactly_once": "every shard must land with exactly one (rank, worker) pair, whatever the counts",
+        "balanced": "no reader should get more than one shard more than another",
+        "rank_first": "chapter 6: ranks split the shards first, and each rank's workers split the rank's share",
+        "too_few_shards": "with fewer shards than readers someone gets nothing: say so before anyone waits",
+        "pure": "the same arguments must give the same answer, without changing the list passed in",
+    },
+    "rank_dataset": {
+        "one_rank": "without DataLoader workers the dataset is still read by one worker: which one?",
+        "two_ranks": "inside __iter__, both the rank and the worker decide the share",
+        "three_ranks": "shard counts that do not divide evenly must still be read exactly once",
+        "too_few_shards": "the split's error is the message the user needs: let it reach them",
+    },
+    "bottleneck": {
+        "consumer_alone": "time the consumer on batches that are already in memory, so no loading is in that number",
+        "together": "the pair is the loader feeding the consumer, batch by batch, timed the same way",
+        "startup": "start-up is a one-off wait, not a rate: keep it out of images per second",
+        "warm": "the first pass pays for things later passes do not (cold files, worker start-up)",
+        "threads": "the consumer's speed depends on its torch threads: use the number asked for, and leave the setting as you found it",
+        "decides": "the slower side sets the pace; compare like with like",
+        "no_clear_difference": "chapter 7: measurements taken at different times drift; when is a difference a difference?",
+    },
+    "parallel_map": {
+        "in order": "results must come out in the order the items went in, even if they finish in another order",
+        "in parallel": "several items must be worked on at once, not one after another",
+        "bounded": "never take more from the input than you can have in flight",
+        "errors name the item": "when one item fails, the error should say which item",
+        "no thread left behind": "a generator can be abandoned half-way: what stops your threads then?",
+    },
+    "lmdb_write": {
+        "one_file": "chapter 9: an LMDB database can be one file rather than a folder",
+        "one_record_per_sample": "one key per sample, and nothing but samples",
+        "labels": "the course's layout keeps the label in front of the image bytes, in a fixed width",
+        "jpeg_bytes": "store the image exactly as it is on disk",
+        "atomic": "a reader must never find a half-written database under the final name",
+    },
+    "lmdb_dataset": {
+        "no_env_in_init": "the same lesson as the zip: what does a handle opened in __init__ do to the workers?",
+        "pixels": "a value holds two things in the course's layout: split it the way the writer joined it",
+        "fork": "each worker must read through an environment it opened itself",
+        "fork_after_parent_read": "after the parent has read, workers inherit its environment; LMDB is strict about that",
+        "spawn": "under spawn the dataset is pickled and the class imported in a fresh process",
+        "fresh_reads": "a read transaction kept open sees an old snapshot: how long should one live?",
+        "close": "a process should be able to let go of what it opened",
+    },
+    "resuming_shards": {
+        "reads_once": "with no failure, the shard's samples pass through unchanged",
+        "resumes": "after a broken connection the shard starts again from its beginning: what must not be delivered twice?",
+        "several_breaks": "the connection can break more than once: what you delivered adds up over all attempts",
+        "gives_up": "retrying forever hides an outage: stop after the attempts allowed and let the error out",
+        "waits": "chapter 10: wait longer after each failure",
+        "damage_not_retried": "a damaged shard stays damaged: only a broken connection is worth another attempt",
+    },
+    "fast_path": {
+        "transform_uint8": "chapter 11: which type do the pixels need to be before anyone computes with them?",
+        "resize_uint8": "resize while the image is still small and in bytes: what does a float resize cost?",
+        "reduced_decode": "a JPEG can be decoded straight to a smaller size: the decoder need not make every pixel",
+        "collate_uint8": "what crosses from a worker to the training process, and how many bytes per pixel?",
+        "normalise_once": "one conversion to float, then the per-channel normalisation, all in the consumer",
+        "audit": "the three pieces together must still give every sample once, as the standard transform would",
+    },
+    "resumable_reader": {
+        "sample_granularity": "chapter 12: where does a reader stand after the last sample it handed out?",
+        "buffer": "a sample that was read into the shuffle buffer is not yet delivered",
+        "same_order": "resuming must continue the very epoch that was interrupted, random choices included",
+        "killed_fork": "each worker reads its own shards: whose position is saved, and where does it live?",
+        "killed_spawn": "what is saved must survive being written to a file and read back in a new process",
+    },
+}
+
+#: Groups of parts, for staging a long exercise: ``{check id: {stage: (part names, ...)}}``.
+#: Exercise 4 (chapter 5) is the longest of the course: its core is the whole writer and
+#: a reader that gives every sample exactly once with workers under fork and spawn; the
+#: reader's stretch parts (per-epoch shuffling, a bounded buffer, truncated shards) are
+#: for whoever is ahead of the room.
+STAGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "tar_write": {
+        "core": ("shards", "samples", "sample_order", "shuffled", "seeded"),
+    },
+    "tar_dataset": {
+        "core": ("one_process", "fork_3_workers", "spawn_2_workers"),
+        "stretch": ("shuffle_epochs", "shard_order", "reproducible", "seeded", "bounded_buffer", "truncated_shard"),
+    },
+}
+
+
+def nudge(check_id: str, part: str, description: str) -> str:
+    """The level-1 hint of one part; a part without one points back at what the part checks."""
+    found = NUDGES.get(check_id, {}).get(part)
+    return found if found else f"look again at what this part checks: {description}"
+
+
+def stage_parts(check_id: str, stage: str) -> tuple[str, ...] | None:
+    """The parts of ``stage`` of a check, or None when the check has no such stage."""
+    return STAGES.get(check_id, {}).get(stage)
