@@ -31,7 +31,10 @@ def _segments(text: str):
     for match in CELL.finditer(text):
         yield "markdown", text[position : match.start()]
         body = match.group(1)
-        # MyST cell options (":tags: [...]") come first; they are not Python.
+        # MyST cell options come first, as ":tags: [...]" lines or as a YAML block between
+        # "---" lines (the form that also hides a cell's input in JupyterLab); they are not Python.
+        if body.startswith("---\n") and "\n---\n" in body:
+            body = body.split("\n---\n", 1)[1]
         body = "\n".join(line for line in body.splitlines() if not line.startswith(":"))
         yield "code", body
         position = match.end()

@@ -76,3 +76,62 @@ def listing(*objects: Any):
 
     sources = [textwrap.dedent(inspect.getsource(obj)).rstrip() + "\n" for obj in objects]
     return Markdown("```python\n" + "\n\n".join(sources) + "```")
+
+
+def distinct(a: float, b: float, decimals: int = 0, most: int = 3) -> tuple[str, str]:
+    """``a`` and ``b`` as text, with the fewest decimals (at least ``decimals``, at most ``most``)
+    that print them differently.
+
+    For a sentence that calls two medians clearly different: "3 µs ... 3 µs (clearly less)"
+    reads as a contradiction, "3.4 µs ... 3.1 µs (clearly less)" does not. Equal numbers
+    stay at ``decimals``.
+    """
+    digits = decimals
+    while digits < most and a != b and f"{a:.{digits}f}" == f"{b:.{digits}f}":
+        digits += 1
+    return f"{a:.{digits}f}", f"{b:.{digits}f}"
+
+
+def source_lines(source: Any, *needles: str, before: int = 0, after: int = 0):
+    """The lines of a function's, class's or file's source that contain any of ``needles``,
+    with their line numbers and the file they are in, as a listing.
+
+    ``source`` is an object :mod:`inspect` can find the source of (``zipfile.ZipFile.open``),
+    or a ``(package, path inside it)`` pair (``("torchvision",
+    "transforms/_functional_tensor.py")``), read from the installed package without
+    importing it. ``before``/``after`` lines of context are added around each hit; a gap
+    between hits shows as ``...``. For showing, in a chapter, what a library's source does.
+    """
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    from IPython.display import Markdown
+
+    if isinstance(source, tuple):
+        package, relative = source
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"package {package!r} is not installed")
+        path = Path(list(spec.submodule_search_locations)[0]) / relative
+        lines, first = path.read_text().splitlines(), 1
+        shown_path = f"{package}/{relative}"
+    else:
+        block, first = inspect.getsourcelines(source)
+        lines = [line.rstrip("\n") for line in block]
+        path = Path(inspect.getsourcefile(source))
+        module = inspect.getmodule(source)
+        top = (module.__name__.split(".")[0] if module else "")
+        parts = path.parts
+        shown_path = "/".join(parts[parts.index(top):]) if top in parts else path.name
+    hits = [i for i, line in enumerate(lines) if any(n in line for n in needles)]
+    if not hits:
+        raise ValueError(f"none of {needles} occurs in {shown_path}")
+    keep = sorted({j for i in hits for j in range(max(0, i - before), min(len(lines), i + after + 1))})
+    out, previous = [], None
+    for j in keep:
+        if previous is not None and j != previous + 1:
+            out.append("     ...")
+        out.append(f"{first + j:5d}  {lines[j]}")
+        previous = j
+    return Markdown(f"`{shown_path}`:\n\n```python\n" + "\n".join(out) + "\n```")
