@@ -41,12 +41,12 @@ def simulation_sentence(results: dict) -> str:
             f"and {100 * new_found:.0f} % of the time")
 
 
-def per_batch_sentence(b1: Spread, b64: Spread, images: int) -> str:
-    """Batches of one image against batches of 64 (images/s) over ``images`` images."""
-    direction = compare(b1, b64)
+def per_batch_sentence(b1: Spread, big: Spread, images: int, big_size: int) -> str:
+    """Batches of one image against batches of ``big_size`` (images/s) over ``images`` images."""
+    direction = compare(b1, big)
     if direction == -1:
-        extra_batches = images - -(-images // 64)
-        per_batch_ms = (images / b1.median - images / b64.median) / extra_batches * 1e3
+        extra_batches = images - -(-images // big_size)
+        per_batch_ms = (images / b1.median - images / big.median) / extra_batches * 1e3
         return (f"batches of one were clearly slower, and taken at face value the difference between the medians "
                 f"comes to {per_batch_ms:.2f} ms of wall-clock time per extra batch")
     if direction == 0:

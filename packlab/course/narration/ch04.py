@@ -31,7 +31,14 @@ def persistence_saving(fresh: Spread, kept: Spread) -> str:
     """What keeping the workers did to an epoch (seconds per epoch: fresh workers, persistent ones)."""
     difference = fresh.median - kept.median
     return {
-        -1: f"saved {difference:.2f} s per epoch, clearly",
-        1: f"cost {-difference:.2f} s per epoch, clearly",
+        -1: f"clearly saved {difference:.2f} s per epoch",
+        1: f"clearly cost {-difference:.2f} s per epoch",
         0: f"made no clear difference (medians {abs(difference):.2f} s apart)",
     }[compare(kept, fresh)]
+
+
+def single_run_saving(fresh: Spread, kept: Spread) -> str:
+    """The same for one run of each (a spread of one measurement): numbers, no verdict."""
+    difference = fresh.median - kept.median
+    return (f"{'saved' if difference >= 0 else 'cost'} {abs(difference):.2f} s per epoch in one run of each "
+            f"({fresh.median:.2f} s fresh, {kept.median:.2f} s kept), too few runs for a verdict")
