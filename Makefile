@@ -10,8 +10,6 @@ TOOLS := .tools
 # Never let uv download its own Python: the course uses the machine's python3.
 export UV_PYTHON_DOWNLOADS := never
 # Notebooks converted from MyST markdown for nbval.
-NBTEST := _build/nbtest
-NOTEBOOK_DIRS := chapters solutions
 CELL_TIMEOUT ?= 600
 
 .PHONY: help setup data lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor
@@ -19,7 +17,7 @@ CELL_TIMEOUT ?= 600
 help:
 	@echo "make lab        set up, generate data, start JupyterLab: chapters and exercises open as notebooks"
 	@echo "make book       set up, generate data, execute every chapter, build _build/html"
-	@echo "make test       unit tests + every chapter and solution notebook under nbval"
+	@echo "make test       unit tests (in parallel), every chapter and solution notebook under nbval, browser tests"
 	@echo "make bench      time every loader on the full dataset; writes _build/bench/bench.json and bench.png"
 	@echo "make setup      create .venv with uv and install the course package (editable)"
 	@echo "make data       generate the 10k-image dataset (no-op if a verified one exists)"
@@ -94,17 +92,15 @@ book-instructor: data
 	  --path-output $(INSTRUCTOR)
 	@echo "open $(INSTRUCTOR)/_build/html/index.html"
 
-# Each notebook runs once: packlab.course.pytest_book_cache stores what nbval executed in the
-# book's cache, and the browser test (run last) builds the book from it.
+# Four phases (packlab/course/testrun.py): the unit tests that only wait, several at a time;
+# those marked `serial` (they time something), alone; every chapter and solution notebook
+# under nbval, one at a time and alone, each stored in the book's execution cache
+# (packlab/course/pytest_book_cache.py) so the book never executes it again; then the
+# browser tests, which build the book from that cache. Prints the wall time of each phase.
+# TEST_JOBS=N: parallel unit-test processes (default: two per core).
+TEST_JOBS ?=
 test: data
-	@rm -rf $(NBTEST)
-	@set -e; for f in $$(find $(NOTEBOOK_DIRS) -name .ipynb_checkpoints -prune -o -name '[0-9]*.md' -print 2>/dev/null | sort); do \
-	  mkdir -p $(NBTEST)/$$(dirname $$f); \
-	  $(VENV)/bin/jupytext --quiet --to ipynb --output $(NBTEST)/$${f%.md}.ipynb $$f; \
-	done
-	$(PY) -m pytest tests $$(test -d $(NBTEST) && echo $(NBTEST)) \
-	  --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider \
-	  -p packlab.course.pytest_book_cache
+	$(PY) -m packlab.course.testrun --cell-timeout=$(CELL_TIMEOUT) $(if $(TEST_JOBS),--jobs $(TEST_JOBS),)
 
 # Loader speed against the decode ceiling and the peers, the small-file penalty and the
 # packed formats (about 30 minutes on two cores).

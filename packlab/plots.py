@@ -11,6 +11,28 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from cycler import cycler
+
+#: Okabe and Ito's palette, which readers with any common colour-vision deficiency can tell
+#: apart (blue, orange, bluish green, vermillion, reddish purple, sky blue, yellow, black).
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+#: One marker per palette colour, so that lines differ by more than colour.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: Smallest text in any figure, in points: readable on a projector and when the book is zoomed out.
+FONT_SIZE = 11
+
+
+def apply_style() -> None:
+    """The course's figure style: the palette (with markers on lines) and text of at least :data:`FONT_SIZE` pt."""
+    plt.rcParams.update({
+        "axes.prop_cycle": cycler(color=PALETTE) + cycler(marker=MARKERS),
+        "font.size": FONT_SIZE, "axes.titlesize": FONT_SIZE + 1, "axes.labelsize": FONT_SIZE,
+        "xtick.labelsize": FONT_SIZE - 1, "ytick.labelsize": FONT_SIZE - 1, "legend.fontsize": FONT_SIZE - 1,
+        "figure.titlesize": FONT_SIZE + 1,
+    })
+
+
+apply_style()
 
 
 def plot_sample_grid(root: Path | None = None, per_class: int = 6, thumb: int = 96):

@@ -1,0 +1,121 @@
+"""``make test``: the unit tests, the notebooks and the browser tests, in four phases.
+
+1. **Unit tests that only wait or compute briefly**, several at a time (pytest-xdist):
+   most of them wait for worker processes to start, kernels to boot, servers to answer or
+   fakes to sleep, and waiting overlaps well even on two cores.
+2. **Unit tests marked ``serial``**, one at a time: they time something or need the
+   machine to themselves.
+3. **Every chapter and solution notebook under nbval**, one at a time and alone: the book
+   shows what these runs measured (:mod:`packlab.course.pytest_book_cache` hands them to
+   the book's execution cache), so nothing else may compete for the cores meanwhile.
+4. **Tests marked ``needs_book``** (the browser tests), which build the book from that
+   cache and drive JupyterLab.
+
+Every phase runs even when an earlier one failed, so one run reports everything; the
+exit status is non-zero when any phase failed. A phase that collects no test at all is
+a failure too (pytest's exit status 5): it means the markers or paths went wrong. The
+wall time of each phase is printed at the end and written to ``_build/test-times.json``.
+
+``python -m packlab.course.testrun --jobs N`` sets the number of parallel unit-test
+processes (``make test TEST_JOBS=N``); ``--only unit,notebooks`` runs some phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from packlab import paths
+from packlab.course.pytest_book_cache import NBTEST_DIR
+
+PHASES = ("unit", "serial", "notebooks", "browser")
+#: Parallel unit-test processes on a machine with ``cores`` cores: the tests mostly wait.
+DEFAULT_JOBS_PER_CORE = 2
+
+
+def notebook_sources(root: Path) -> list[Path]:
+    """Every numbered chapter and solution notebook (``chapters/NN_*.md``, ``solutions/NN_*.md``)."""
+    found = []
+    for folder in ("chapters", "solutions"):
+        found += sorted(p for p in (root / folder).glob("[0-9]*.md") if ".ipynb_checkpoints" not in p.parts)
+    return found
+
+
+def convert_notebooks(root: Path) -> list[Path]:
+    """Write each MyST notebook as ``_build/nbtest/<folder>/<name>.ipynb`` for nbval; return the paths."""
+    import shutil
+
+    out = root / NBTEST_DIR
+    shutil.rmtree(out, ignore_errors=True)
+    converted = []
+    for source in notebook_sources(root):
+        target = out / source.relative_to(root).with_suffix(".ipynb")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--to", "ipynb", "--output", str(target),
+                        str(source)], check=True)
+        converted.append(target)
+    return converted
+
+
+def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[str, list[str]]:
+    """The pytest command line of each phase."""
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    return {
+        "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load"],
+        "serial": [*pytest, "tests", "-m", "serial and not needs_book"],
+        "notebooks": [*pytest, *map(str, notebooks), "--nbval-lax", "--nbval-current-env",
+                      f"--nbval-cell-timeout={cell_timeout}", "-p", "packlab.course.pytest_book_cache"],
+        "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache"],
+    }
+
+
+def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
+    root = paths.repo_root()
+    notebooks = convert_notebooks(root) if "notebooks" in only else []
+    commands = phase_commands(jobs, cell_timeout, notebooks)
+    times: dict[str, dict] = {}
+    for phase in PHASES:
+        if phase not in only:
+            continue
+        command = commands[phase] + extra
+        print(f"\n==== make test, phase {phase}: {' '.join(command[2:])}", flush=True)
+        start = time.perf_counter()
+        status = subprocess.run(command, cwd=root).returncode
+        times[phase] = {"seconds": round(time.perf_counter() - start, 1), "exit_status": status}
+    print("\n==== make test: wall time per phase")
+    for phase, result in times.items():
+        state = "passed" if result["exit_status"] == 0 else f"FAILED (pytest exit status {result['exit_status']})"
+        print(f"  {phase:<10} {result['seconds']:>7.1f} s  {state}")
+    total = sum(r["seconds"] for r in times.values())
+    print(f"  {'total':<10} {total:>7.1f} s")
+    out = paths.build_dir() / "test-times.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"jobs": jobs, "phases": times, "total_seconds": round(total, 1)}, indent=2))
+    return 0 if all(r["exit_status"] == 0 for r in times.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from packlab import data
+
+    parser = argparse.ArgumentParser(prog="python -m packlab.course.testrun", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=None,
+                        help=f"parallel unit-test processes (default {DEFAULT_JOBS_PER_CORE} per core)")
+    parser.add_argument("--only", default=",".join(PHASES), help=f"comma-separated phases of {','.join(PHASES)}")
+    parser.add_argument("--cell-timeout", type=int, default=600, help="seconds per notebook cell (default 600)")
+    args, extra = parser.parse_known_args(argv)
+    only = [p for p in args.only.split(",") if p]
+    unknown = set(only) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases {sorted(unknown)}; known: {', '.join(PHASES)}")
+    jobs = args.jobs or max(2, DEFAULT_JOBS_PER_CORE * data.available_cores())
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return run(only, jobs, args.cell_timeout, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
