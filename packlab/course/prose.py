@@ -48,6 +48,30 @@ def _notebook_namespace(depth: int = 2) -> dict:
     return sys._getframe(depth).f_globals
 
 
+#: The prefix of the MIME types under which a glued value is stored in a cell's output
+#: (myst-nb reads glued values back from outputs of this form).
+GLUE_MIME_PREFIX = "application/papermill.record/"
+
+
+def glue(name: str, value: Any) -> None:
+    """Record ``value`` under ``name`` in the current cell's output, invisibly, as myst-nb's
+    ``glue(name, value, display=False)`` does.
+
+    The output is the value's display data (what the notebook would show for it: text,
+    HTML, ...) with every MIME type prefixed by :data:`GLUE_MIME_PREFIX`, which no
+    front end renders, and the name in the output's ``scrapbook`` metadata. Written here
+    rather than imported because importing ``myst_nb.glue`` imports ``nbformat`` and with it
+    ``jsonschema``, about two seconds at the first ``figures()`` of every notebook.
+    ``tests/test_prose.py`` checks that the output is the same as myst-nb's.
+    """
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
+
+    data, metadata = format_display_data(value)
+    metadata["scrapbook"] = {"name": name, "mime_prefix": GLUE_MIME_PREFIX}
+    display({GLUE_MIME_PREFIX + mime: shown for mime, shown in data.items()}, raw=True, metadata=metadata)
+
+
 def figures(**values: Any) -> None:
     """Make each value citable in the prose as ``{eval}`name```, in JupyterLab and in the book.
 
@@ -55,12 +79,10 @@ def figures(**values: Any) -> None:
     glues its value under the same name (what the book's ``{eval}`` reads; the glue output
     is invisible in both). Returns nothing, so a cell that ends with it shows nothing.
     """
-    from myst_nb import glue
-
     namespace = _notebook_namespace()
     for name, value in values.items():
         namespace[name] = value
-        glue(name, value, display=False)
+        glue(name, value)
 
 
 def listing(*objects: Any):
