@@ -177,3 +177,15 @@ def test_every_chapter_is_taught_on_one_of_the_two_days():
     exercises = {Path(e).name for e in schedule.toc_exercises(ROOT)}
     planned = schedule.CORE_EXERCISES + schedule.SECOND_DAY_EXERCISES
     assert set(planned) <= exercises, set(planned) - exercises
+
+
+def test_cells_whose_input_is_hidden_are_not_counted_as_read(tmp_path):
+    notebook = tmp_path / "hidden.md"
+    notebook.write_text(
+        "# Hidden\n\n```{code-cell} ipython3\nx = 1\n```\n\n"
+        "```{code-cell} ipython3\n---\njupyter:\n  source_hidden: true\ntags: [remove-input]\n---\nfigures(x=x)\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [remove-input]\n\nfigures(y=x)\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [hide-output]\n\nprint(x)\n```\n"
+    )
+    assert schedule.count_notebook(notebook).code_cells == 2
+
