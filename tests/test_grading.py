@@ -31,18 +31,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packlab import data, paths
 from packlab.course.grading import check, importable_copy, list_checks, PartFailed, RESULTS_ENV_VAR
 from packlab.course.grading.core import describe
-from packlab.loaders.tar import iter_shard_samples
+from packlab.loaders.tar import SharedEpoch, iter_shard_samples, open_shard
 from packlab.transforms import decode_and_resize, standard_transform
 
 ALL_BUT_SPAWN = {
     "per_worker_zip": ["no_handle_in_init", "pickle_after_use", "pixels", "fork", "fork_after_parent_read", "close"],
     "tar_dataset": ["one_process", "fork_3_workers", "shuffle_epochs", "shard_order", "reproducible", "seeded",
-                    "bounded_buffer", "truncated_shard"],
+                    "bounded_buffer", "truncated_shard", "streamed", "persistent_workers"],
 }
 
 
@@ -421,35 +422,32 @@ def test_a_writer_that_shuffles_the_callers_list_in_place_is_told_so():
     assert "reordered the list it was given" in message_of(result, "seeded")
 
 
-def _tar_records(path):
-    """``(key, jpg, label)`` of a shard, through the course's reader (it notices truncated shards)."""
-    for sample in iter_shard_samples(str(path)):
+def _tar_records(path, opener=None):
+    """``(key, jpg, label)`` of a shard, through the course's reader (it notices truncated shards, never seeks)."""
+    for sample in iter_shard_samples(str(path), opener or open_shard):
         yield sample.key, sample.image_bytes, sample.label
 
 
-def _tar_records_silently(path):
+def _tar_records_silently(path, opener=None):
     """The same through tarfile's stream mode, which stops without a word where a shard is cut short."""
-    with tarfile.open(path, "r|") as tar:
-        parts, key = {}, None
-        for member in tar:
-            stem, _, ext = member.name.partition(".")
-            if key is not None and stem != key:
-                yield key, parts["jpg"], int(parts["cls"])
-                parts = {}
-            key, parts[ext] = stem, tar.extractfile(member).read()
-        if key is not None:
-            yield key, parts["jpg"], int(parts["cls"])
+    with (opener or open_shard)(str(path)) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+        yield from _tar_records_from(tar)
 
 
 class NoSplitTarDataset(IterableDataset):
     """A tar reader without worker split: every worker reads every shard."""
 
-    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False):
+    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False, opener=None):
         self.shards, self.shuffle_buffer, self.seed = list(shards), shuffle_buffer, seed
-        self.transform, self.return_key, self.epoch = transform or standard_transform, return_key, 0
+        self.transform, self.return_key, self.opener = transform or standard_transform, return_key, opener
+        self.shared_epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def set_epoch(self, epoch):
-        self.epoch = epoch
+        self.shared_epoch[0] = epoch
+
+    @property
+    def epoch(self):
+        return int(self.shared_epoch[0])
 
     def shard_list(self):
         shards = list(self.shards)
@@ -459,7 +457,7 @@ class NoSplitTarDataset(IterableDataset):
 
     def records(self):
         for path in self.shard_list():
-            yield from _tar_records(path)
+            yield from _tar_records(path, self.opener)
 
     def __iter__(self):
         records = list(self.records())
@@ -525,14 +523,20 @@ def pick_from_buffer(items, size, rng):
 
 
 class AlternativeTarDataset(IterableDataset):
-    """A correct reader written differently from the solution: the course's shard reader, string seeds, another buffer."""
+    """A correct reader written differently from the solution: the course's shard reader and epoch
+    (``SharedEpoch``), string seeds, another buffer."""
 
-    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False):
+    def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False, opener=None):
         self.shards, self.shuffle_buffer, self.seed = [str(s) for s in shards], shuffle_buffer, seed
-        self.transform, self.return_key, self.epoch = transform or standard_transform, return_key, 0
+        self.transform, self.return_key, self.opener = transform or standard_transform, return_key, opener
+        self.shared_epoch = SharedEpoch()
 
     def set_epoch(self, epoch):
-        self.epoch = epoch
+        self.shared_epoch.set(epoch)
+
+    @property
+    def epoch(self):
+        return self.shared_epoch.value
 
     def shard_order(self):
         shards = list(self.shards)
@@ -544,7 +548,7 @@ class AlternativeTarDataset(IterableDataset):
         return random.Random(f"buffer {self.seed} {self.epoch} {worker}")
 
     def records(self, path):
-        return _tar_records(path)
+        return _tar_records(path, self.opener)
 
     def __iter__(self):
         info = get_worker_info()
@@ -588,7 +592,7 @@ class SilentTruncationTarDataset(AlternativeTarDataset):
     """Reads with tarfile's stream mode and nothing more: a truncated shard loses samples silently."""
 
     def records(self, path):
-        return _tar_records_silently(path)
+        return _tar_records_silently(path, self.opener)
 
 
 class UnnamedTruncationTarDataset(AlternativeTarDataset):
@@ -596,11 +600,67 @@ class UnnamedTruncationTarDataset(AlternativeTarDataset):
 
     def records(self, path):
         count = 0
-        for record in _tar_records_silently(path):
+        for record in _tar_records_silently(path, self.opener):
             count += 1
             yield record
         if count not in (0, 30):
             raise RuntimeError(f"only {count} samples: the archive is truncated")
+
+
+class PlainAttributeEpochTarDataset(AlternativeTarDataset):
+    """Correct but for ``set_epoch``: a plain attribute, which persistent workers never see change."""
+
+    def set_epoch(self, epoch):
+        self.plain_epoch = epoch
+
+    @property
+    def epoch(self):
+        return getattr(self, "plain_epoch", 0)
+
+
+class PassCountingTarDataset(PlainAttributeEpochTarDataset):
+    """Works around the plain attribute by counting its own passes, as webdataset's detshuffle does:
+    right only while every epoch is set, in order, from 0."""
+
+    @property
+    def epoch(self):
+        return getattr(self, "plain_epoch", 0) + getattr(self, "passes", 0)
+
+    def __iter__(self):
+        iterator = super().__iter__()
+        self.passes = getattr(self, "passes", 0) + 1
+        return iterator
+
+
+class SeekingEndCheckTarDataset(AlternativeTarDataset):
+    """Reads with tarfile's stream mode, then seeks back to look for the end-of-archive blocks
+    (exercise 4's solution until November 2026): right for files, impossible for an HTTP
+    response or an S3 object's body."""
+
+    def records(self, path):
+        with (self.opener or open_shard)(str(path)) as stream:
+            try:
+                with tarfile.open(fileobj=stream, mode="r|") as tar:
+                    yield from _tar_records_from(tar)
+                    end = tar.offset
+            except tarfile.TarError as exc:
+                raise ValueError(f"{path}: truncated or damaged shard ({exc})") from None
+            stream.seek(end)
+            if stream.read(1024) != bytes(1024):
+                raise ValueError(f"{path}: truncated shard, no end-of-archive marker after byte {end}")
+
+
+def _tar_records_from(tar):
+    """``(key, jpg, label)`` from an open stream-mode tarfile."""
+    parts, key = {}, None
+    for member in tar:
+        stem, _, ext = member.name.partition(".")
+        if key is not None and stem != key:
+            yield key, parts["jpg"], int(parts["cls"])
+            parts = {}
+        key, parts[ext] = stem, tar.extractfile(member).read()
+    if key is not None:
+        yield key, parts["jpg"], int(parts["cls"])
 
 
 def test_a_correct_reader_written_differently_passes_every_part():
@@ -609,25 +669,43 @@ def test_a_correct_reader_written_differently_passes_every_part():
 
 
 @pytest.mark.parametrize(
-    "candidate, part, says",
+    "candidate, parts",
     [
-        (PidSeededBufferTarDataset, "reproducible", "new worker processes"),
-        (SeedIgnoringTarDataset, "seeded", "the same order"),
-        (FixedShardOrderTarDataset, "shard_order", "in the order listed in every epoch"),
+        # A generator seeded from the process id differs between runs, fresh or persistent.
+        (PidSeededBufferTarDataset, {"reproducible": "new worker processes", "persistent_workers": "another"}),
+        (SeedIgnoringTarDataset, {"seeded": "the same order"}),
+        (FixedShardOrderTarDataset, {"shard_order": "in the order listed in every epoch"}),
     ],
 )
-def test_a_seeding_or_shard_order_mistake_fails_the_part_that_names_it(candidate, part, says):
+def test_a_seeding_or_shard_order_mistake_fails_the_part_that_names_it(candidate, parts):
     result = run("tar_dataset", candidate, parts=ALL_BUT_SPAWN["tar_dataset"])
-    assert failed_parts(result) == {part}
-    assert says in message_of(result, part)
+    assert failed_parts(result) == set(parts)
+    for part, words in parts.items():
+        assert words in message_of(result, part)
 
 
 def test_a_reader_that_loses_a_truncated_shard_silently_fails():
     silent = run("tar_dataset", SilentTruncationTarDataset, parts=ALL_BUT_SPAWN["tar_dataset"])
-    assert failed_parts(silent) == {"truncated_shard"}
+    # Read as a stream, the cut shards are lost just as silently: the streamed part fails too.
+    assert failed_parts(silent) == {"truncated_shard", "streamed"}
     assert "lost silently" in message_of(silent, "truncated_shard")
     unnamed = run("tar_dataset", UnnamedTruncationTarDataset, parts=["truncated_shard"])
     assert "does not name the shard" in message_of(unnamed, "truncated_shard")
+
+
+def test_a_set_epoch_that_stores_a_plain_attribute_fails_with_persistent_workers():
+    plain = run("tar_dataset", PlainAttributeEpochTarDataset, parts=ALL_BUT_SPAWN["tar_dataset"])
+    assert failed_parts(plain) == {"persistent_workers"}
+    assert "changed nothing" in message_of(plain, "persistent_workers")
+    counting = run("tar_dataset", PassCountingTarDataset, parts=["persistent_workers"])
+    assert failed_parts(counting) == {"persistent_workers"}
+    assert "in another from 2 persistent workers" in message_of(counting, "persistent_workers")
+
+
+def test_a_truncation_check_that_seeks_fails_the_streamed_part_only():
+    seeking = run("tar_dataset", SeekingEndCheckTarDataset, parts=ALL_BUT_SPAWN["tar_dataset"])
+    assert failed_parts(seeking) == {"streamed"}
+    assert "seeks the shard's stream" in message_of(seeking, "streamed")
 
 
 # ------------------------------------------------------------------- 5. rank x worker split

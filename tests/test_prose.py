@@ -125,10 +125,24 @@ def test_chapters_cite_measured_numbers():
 
 def test_figures_binds_names_where_the_caller_reads_them(monkeypatch):
     glued = {}
-    monkeypatch.setattr("myst_nb.glue", lambda name, value, display=True: glued.update({name: (value, display)}))
+    monkeypatch.setattr(prose, "glue", lambda name, value: glued.update({name: value}))
     prose.figures(cited_rate="452", cited_count=3)
     assert (cited_rate, cited_count) == ("452", 3)  # noqa: F821 - bound by figures() in this module's globals
-    assert glued == {"cited_rate": ("452", False), "cited_count": (3, False)}
+    assert glued == {"cited_rate": "452", "cited_count": 3}
+
+
+@pytest.mark.parametrize("value", ["452 (409–470)", 3, 0.25, "a 'quoted' <b>value</b>"])
+def test_the_course_glues_values_exactly_as_myst_nb_does(monkeypatch, value):
+    """The book reads glued values the way myst-nb writes them; prose.glue must write the same output."""
+    import IPython.display
+    from myst_nb import glue as myst_glue
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *args, **kwargs: shown.append((args, kwargs)))
+    monkeypatch.setattr("myst_nb.ext.glue.ipy_display", lambda *args, **kwargs: shown.append((args, kwargs)))
+    prose.glue("name", value)
+    myst_glue("name", value, display=False)
+    assert len(shown) == 2 and shown[0] == shown[1], shown
 
 
 def test_figures_binds_names_without_the_book_tools(monkeypatch):

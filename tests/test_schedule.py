@@ -234,3 +234,14 @@ def test_the_command_line_refuses_a_factor_that_makes_no_sense(capsys):
         with pytest.raises(SystemExit):
             schedule.main(bad)
         assert "must be positive" in capsys.readouterr().err
+
+def test_cells_whose_input_is_hidden_are_not_counted_as_read(tmp_path):
+    notebook = tmp_path / "hidden.md"
+    notebook.write_text(
+        "# Hidden\n\n```{code-cell} ipython3\nx = 1\n```\n\n"
+        "```{code-cell} ipython3\n---\njupyter:\n  source_hidden: true\ntags: [remove-input]\n---\nfigures(x=x)\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [remove-input]\n\nfigures(y=x)\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [hide-output]\n\nprint(x)\n```\n"
+    )
+    assert schedule.count_notebook(notebook).code_cells == 2
+

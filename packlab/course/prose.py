@@ -48,6 +48,30 @@ def _notebook_namespace(depth: int = 2) -> dict:
     return sys._getframe(depth).f_globals
 
 
+#: The prefix of the MIME types under which a glued value is stored in a cell's output
+#: (myst-nb reads glued values back from outputs of this form).
+GLUE_MIME_PREFIX = "application/papermill.record/"
+
+
+def glue(name: str, value: Any) -> None:
+    """Record ``value`` under ``name`` in the current cell's output, invisibly, as myst-nb's
+    ``glue(name, value, display=False)`` does.
+
+    The output is the value's display data (what the notebook would show for it: text,
+    HTML, ...) with every MIME type prefixed by :data:`GLUE_MIME_PREFIX`, which no
+    front end renders, and the name in the output's ``scrapbook`` metadata. Written here
+    rather than imported because importing ``myst_nb.glue`` imports ``nbformat`` and with it
+    ``jsonschema``, about two seconds at the first ``figures()`` of every notebook.
+    ``tests/test_prose.py`` checks that the output is the same as myst-nb's.
+    """
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
+
+    data, metadata = format_display_data(value)
+    metadata["scrapbook"] = {"name": name, "mime_prefix": GLUE_MIME_PREFIX}
+    display({GLUE_MIME_PREFIX + mime: shown for mime, shown in data.items()}, raw=True, metadata=metadata)
+
+
 def figures(**values: Any) -> None:
     """Make each value citable in the prose as ``{eval}`name```, in JupyterLab and in the book.
 
@@ -55,20 +79,13 @@ def figures(**values: Any) -> None:
     glues its value under the same name (what the book's ``{eval}`` reads; the glue output
     is invisible in both). Returns nothing, so a cell that ends with it shows nothing.
 
-    Gluing needs myst-nb, which comes with the book tools (``pip install -e '.[dev]'``);
-    an attendee's environment without them (``make lab``) only binds the names, which is
-    all JupyterLab reads.
+    Gluing uses :func:`glue` above, not myst-nb, so it works the same in an attendee's
+    environment without the book tools (``make lab``).
     """
-    try:
-        from myst_nb import glue
-    except ImportError:  # no book tools here: JupyterLab needs only the names
-        glue = None
-
     namespace = _notebook_namespace()
     for name, value in values.items():
         namespace[name] = value
-        if glue is not None:
-            glue(name, value, display=False)
+        glue(name, value)
 
 
 def listing(*objects: Any):
@@ -138,3 +155,61 @@ def provides_figures(*names: str):
         return checked
 
     return mark
+
+def distinct(a: float, b: float, decimals: int = 0, most: int = 3) -> tuple[str, str]:
+    """``a`` and ``b`` as text, with the fewest decimals (at least ``decimals``, at most ``most``)
+    that print them differently.
+
+    For a sentence that calls two medians clearly different: "3 µs ... 3 µs (clearly less)"
+    reads as a contradiction, "3.4 µs ... 3.1 µs (clearly less)" does not. Equal numbers
+    stay at ``decimals``.
+    """
+    digits = decimals
+    while digits < most and a != b and f"{a:.{digits}f}" == f"{b:.{digits}f}":
+        digits += 1
+    return f"{a:.{digits}f}", f"{b:.{digits}f}"
+
+
+def source_lines(source: Any, *needles: str, before: int = 0, after: int = 0):
+    """The lines of a function's, class's or file's source that contain any of ``needles``,
+    with their line numbers and the file they are in, as a listing.
+
+    ``source`` is an object :mod:`inspect` can find the source of (``zipfile.ZipFile.open``),
+    or a ``(package, path inside it)`` pair (``("torchvision",
+    "transforms/_functional_tensor.py")``), read from the installed package without
+    importing it. ``before``/``after`` lines of context are added around each hit; a gap
+    between hits shows as ``...``. For showing, in a chapter, what a library's source does.
+    """
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    from IPython.display import Markdown
+
+    if isinstance(source, tuple):
+        package, relative = source
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"package {package!r} is not installed")
+        path = Path(list(spec.submodule_search_locations)[0]) / relative
+        lines, first = path.read_text().splitlines(), 1
+        shown_path = f"{package}/{relative}"
+    else:
+        block, first = inspect.getsourcelines(source)
+        lines = [line.rstrip("\n") for line in block]
+        path = Path(inspect.getsourcefile(source))
+        module = inspect.getmodule(source)
+        top = (module.__name__.split(".")[0] if module else "")
+        parts = path.parts
+        shown_path = "/".join(parts[parts.index(top):]) if top in parts else path.name
+    hits = [i for i, line in enumerate(lines) if any(n in line for n in needles)]
+    if not hits:
+        raise ValueError(f"none of {needles} occurs in {shown_path}")
+    keep = sorted({j for i in hits for j in range(max(0, i - before), min(len(lines), i + after + 1))})
+    out, previous = [], None
+    for j in keep:
+        if previous is not None and j != previous + 1:
+            out.append("     ...")
+        out.append(f"{first + j:5d}  {lines[j]}")
+        previous = j
+    return Markdown(f"`{shown_path}`:\n\n```python\n" + "\n".join(out) + "\n```")

@@ -180,10 +180,23 @@ def prose_words(markdown_lines: list[str]) -> int:
     return words
 
 
+def input_hidden(cell: str) -> bool:
+    """Whether a code cell's input is hidden from readers (its options carry the ``remove-input`` tag).
+
+    The options come first in the cell, as ``:tags: [...]`` lines or as a YAML block between
+    ``---`` lines; the chapters hide the cells that only hand measured numbers to the prose.
+    """
+    if cell.startswith("---\n") and "\n---" in cell:
+        options = cell.split("\n---", 1)[0]
+    else:
+        options = "\n".join(line for line in cell.splitlines() if line.startswith(":"))
+    return "remove-input" in options
+
+
 def count_notebook(path: Path) -> NotebookText:
-    """Words of prose and number of code cells of the MyST notebook at ``path``."""
+    """Words of prose and number of code cells a reader sees (hidden inputs left out) of the MyST notebook at ``path``."""
     markdown, cells = split_myst(path.read_text(encoding="utf-8"))
-    return NotebookText(prose_words(markdown), len(cells))
+    return NotebookText(prose_words(markdown), sum(not input_hidden(cell) for cell in cells))
 
 
 def solution_lines(path: Path) -> int:

@@ -105,7 +105,7 @@ def _per_worker_close(ctx: Context) -> str:
 register(
     "per_worker_zip",
     "03_per_worker_zip",
-    "a zip Dataset with one lazily opened handle per process: 4 workers under fork and spawn",
+    "a zip Dataset with one lazily opened handle per process: 4 workers under fork, 2 under spawn",
     "PerWorkerZipDataset(zip_path, keys=None, transform=None, return_key=False) with close(): reads <key>.jpg "
     "members and labels.csv; opens its ZipFile in the process that reads (keyed by os.getpid()), never pickles one",
     _per_worker_fixtures,
@@ -122,7 +122,7 @@ register(
         ("fork_after_parent_read", "4 fork workers after the parent itself read a sample",
          "a handle opened by the parent is inherited by forked workers; key handles by os.getpid() so each "
          "worker opens its own", functools.partial(_per_worker_epoch, method="fork", touch_first=True)),
-        ("spawn", "4 workers under spawn (after the parent read a sample): every sample exactly once",
+        ("spawn", "2 workers under spawn (after the parent read a sample): every sample exactly once",
          "the dataset is pickled into each worker: drop open handles in __getstate__ and keep the class and its "
          "imports in one cell", functools.partial(_per_worker_epoch, method="spawn", touch_first=True)),
         ("close", "close() releases the handles this process opened",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import tarfile
 from collections import Counter
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from packlab.course.grading.fixtures import (
     sha256_transform,
     sha_reference,
     shard_of_key,
+    stop_workers,
     subset,
 )
 
@@ -207,6 +209,35 @@ def _tar_read_fixtures() -> dict:
     return {"samples": samples, "shards": shards, "pixels": reference_pixels([s.key for s in samples])}
 
 
+class _ForwardOnly(io.RawIOBase):
+    """A file that can only be read front to back, as an HTTP response or an S3 object's body."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buffer) -> int:
+        return self._file.readinto(buffer)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def open_forward_only(name: str):
+    """The ``opener`` the ``streamed`` part passes: a buffered stream over the shard that cannot seek.
+
+    Like the body of an HTTP or S3 response, it gives the shard's bytes in order, once;
+    ``seek`` raises :class:`io.UnsupportedOperation`.
+    """
+    return io.BufferedReader(_ForwardOnly(name))
+
+
 def _tar_dataset(ctx: Context, cls=None, shards=None, **kwargs):
     cls = cls or ctx.candidate
     shards = [str(p) for p in (shards or ctx.fixtures["shards"])]
@@ -339,36 +370,134 @@ def _truncated_copies(ctx: Context) -> dict[str, tuple[Path, int]]:
 def _tar_truncated(ctx: Context) -> str:
     for how, (path, whole) in _truncated_copies(ctx).items():
         dataset = _tar_dataset(ctx, shards=[path], transform=sha256_transform)
-        delivered = 0
-        try:
-            for _ in dataset:
-                delivered += 1
-                if delivered > 100:
-                    break
-        except Exception as exc:  # noqa: BLE001 - any error will do, if it names the shard
-            if path.name not in str(exc):
-                raise PartFailed(
-                    f"a shard cut short {how} raised an error that does not name the shard ({path.name}): "
-                    f"{describe(exc)}. Catch tarfile's error and raise one that says which shard is damaged"
-                ) from None
-            continue
-        raise PartFailed(
-            f"{path.name}, cut short {how} after {whole} whole samples, gave {delivered} samples and no error: the "
-            "rest of the shard was lost silently. tarfile's stream mode takes a cut-off file for the end of the "
-            "archive; a whole archive ends with two blocks of 512 zero bytes after its last member: check that they "
-            "are there, and raise an error naming the shard when they are not"
-        )
+        delivered, error = _read_until_error(dataset)
+        if error is None:
+            raise PartFailed(
+                f"{path.name}, cut short {how} after {whole} whole samples, gave {delivered} samples and no error: the "
+                "rest of the shard was lost silently. tarfile's stream mode takes a cut-off file for the end of the "
+                "archive; a whole archive ends with two blocks of 512 zero bytes after its last member: check that they "
+                "are there, and raise an error naming the shard when they are not"
+            )
+        if path.name not in str(error):
+            raise PartFailed(
+                f"a shard cut short {how} raised an error that does not name the shard ({path.name}): "
+                f"{describe(error)}. Catch tarfile's error and raise one that says which shard is damaged"
+            )
     return "a shard cut short, at a header or inside a member, raises an error that names it"
+
+
+#: The epochs the ``persistent_workers`` part sets, in this order: not 0, 1, 2, so that a
+#: reader that counts its own passes instead of reading the epoch cannot pass for one that reads it.
+PERSISTENT_EPOCHS = (0, 3, 1)
+
+
+def _fresh_worker_orders(ctx: Context) -> dict[int, list[str]]:
+    """Per epoch of :data:`PERSISTENT_EPOCHS`: the keys in the order 2 fresh fork workers deliver them."""
+    if "fresh orders" not in ctx.memo:
+        ctx.memo["fresh orders"] = {e: _shuffled_epoch(ctx, seed=0, epoch=e, workers=2) for e in PERSISTENT_EPOCHS}
+    return ctx.memo["fresh orders"]
+
+
+def _tar_persistent(ctx: Context) -> str:
+    fresh = _fresh_worker_orders(ctx)
+    samples = ctx.fixtures["samples"]
+    dataset = _tar_dataset(ctx, shuffle_buffer=40, seed=0, transform=sha256_transform)
+    loader = make_loader(ctx, dataset, workers=2, method="fork", persistent_workers=True)
+    kept = {}
+    try:
+        for epoch in PERSISTENT_EPOCHS:
+            attempt(dataset.set_epoch, f"{ctx.name}.set_epoch", epoch)
+            records = collect_epoch(loader, len(samples), "sha256")
+            audit_records(records, samples, sha_reference(samples), workers=2)
+            kept[epoch] = [key for key, _, _ in records]
+    finally:
+        stop_workers(getattr(loader, "_iterator", None))
+    first = PERSISTENT_EPOCHS[0]
+    stuck = [e for e in PERSISTENT_EPOCHS[1:] if kept[e] == kept[first] and fresh[e] != fresh[first]]
+    if stuck:
+        raise PartFailed(
+            f"with persistent_workers=True, set_epoch({stuck[0]}) changed nothing: epoch {stuck[0]} came in epoch "
+            f"{first}'s order. Persistent workers keep the copy of the dataset they made when they started, so an "
+            "attribute that set_epoch changes in the training process never reaches them (chapter 5, "
+            "'set_epoch and persistent workers'). Keep the epoch in memory that every process shares: "
+            "torch.zeros(1, dtype=torch.int64).share_memory_(), written by set_epoch, read in __iter__"
+        )
+    differ = [e for e in PERSISTENT_EPOCHS if kept[e] != fresh[e]]
+    if differ:
+        raise PartFailed(
+            f"epoch {differ[0]} came in one order from 2 fresh workers and in another from 2 persistent workers "
+            f"(epochs set in the order {list(PERSISTENT_EPOCHS)}): the order must follow from seed and epoch "
+            "alone, however the workers were started and however many epochs they have already read"
+        )
+    return (f"2 persistent workers over epochs {', '.join(map(str, PERSISTENT_EPOCHS))}: each epoch complete, "
+            "in the same order as with fresh workers")
+
+
+def _seeks(exc: BaseException) -> bool:
+    """Whether a failure came from seeking a stream that cannot seek."""
+    while exc is not None:
+        if isinstance(exc, io.UnsupportedOperation) or "seek" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+_SEEKS = (
+    "your reader seeks the shard's stream ({error}). Chapters 6 and 10 read shards over HTTP and from S3, whose "
+    "responses can only be read front to back, once. Check the end of the archive from the stream itself: after "
+    "the last member, the next two 512-byte blocks you read must be zeros (read the headers yourself, with "
+    "tarfile.TarInfo.frombuf, or count the bytes tarfile consumed)"
+)
+
+
+def _tar_streamed(ctx: Context) -> str:
+    samples = ctx.fixtures["samples"]
+    dataset = _tar_dataset(ctx, transform=sha256_transform, opener=open_forward_only)
+    try:
+        records = collect_epoch(make_loader(ctx, dataset), len(samples), "sha256")
+    except PartFailed as exc:
+        if _seeks(exc):
+            raise PartFailed(_SEEKS.format(error=describe(exc.__cause__ or exc))) from None
+        raise
+    audit_records(records, samples, sha_reference(samples))
+    for how, (path, whole) in _truncated_copies(ctx).items():
+        dataset = _tar_dataset(ctx, shards=[path], transform=sha256_transform, opener=open_forward_only)
+        delivered, error = _read_until_error(dataset)
+        if error is not None and _seeks(error):
+            raise PartFailed(_SEEKS.format(error=describe(error)))
+        if error is None:
+            raise PartFailed(
+                f"{path.name}, cut short {how} after {whole} whole samples and read through a stream that cannot "
+                f"seek, gave {delivered} samples and no error: check for the two zero blocks from the stream itself"
+            )
+        if path.name not in str(error):
+            raise PartFailed(f"a shard cut short {how}, read as a stream, raised an error that does not name it: {describe(error)}")
+    return (f"{len(samples)} samples read through streams that cannot seek, each once; shards cut short raise "
+            "an error naming them there too")
+
+
+def _read_until_error(dataset, limit: int = 100) -> tuple[int, BaseException | None]:
+    """Iterate ``dataset`` in this process: ``(samples delivered, the exception raised or None)``."""
+    delivered = 0
+    try:
+        for _ in dataset:
+            delivered += 1
+            if delivered > limit:
+                break
+    except Exception as exc:  # noqa: BLE001 - the caller judges the error
+        return delivered, exc
+    return delivered, None
 
 
 register(
     "tar_dataset",
     "04_tar_shards",
-    "an IterableDataset over tar shards: worker split, per-epoch shard shuffle, bounded shuffle buffer",
-    "TarShardDataset(shards, shuffle_buffer=0, seed=0, transform=None, return_key=False) with set_epoch(epoch): "
-    "worker w of W reads its share shards[w::W]; with shuffle_buffer > 0 the shard order is shuffled per epoch "
-    "(the same in every worker) and samples pass through a buffer of at most shuffle_buffer; yields "
-    "(transform(jpg bytes), int(cls)[, key]); a truncated shard raises an error naming it",
+    "an IterableDataset over tar shards: worker split, per-epoch shard shuffle that reaches persistent workers, bounded buffer, read as a stream",
+    "TarShardDataset(shards, shuffle_buffer=0, seed=0, transform=None, return_key=False, opener=None) with "
+    "set_epoch(epoch): worker w of W reads its share shards[w::W]; with shuffle_buffer > 0 the shard order is "
+    "shuffled per epoch (the same in every worker) and samples pass through a buffer of at most shuffle_buffer; "
+    "yields (transform(jpg bytes), int(cls)[, key]); opener(name) gives each shard's stream, read front to back "
+    "without seeking; a truncated shard raises an error naming it; set_epoch reaches persistent workers",
     _tar_read_fixtures,
     [
         ("one_process", "no workers: every sample once, labels and pixels match the manifest",
@@ -392,5 +521,12 @@ register(
         ("truncated_shard", "a shard cut short raises an error that names the shard, instead of losing samples silently",
          "after the members, a whole tar ends with two zero blocks of 512 bytes: check for them at tar.offset, and turn "
          "tarfile's errors into one that names the path", _tar_truncated),
+        ("streamed", "shards read through a stream that cannot seek (as over HTTP or from S3): every sample once, "
+         "and a shard cut short still raises an error naming it",
+         "open each shard with opener(name) and never seek it: check the two zero blocks that end a whole archive "
+         "as you read them", _tar_streamed),
+        ("persistent_workers", "2 persistent workers: set_epoch reaches them, each epoch in the order fresh workers give",
+         "persistent workers keep their first copy of the dataset: keep the epoch in shared memory "
+         "(torch.zeros(1, dtype=torch.int64).share_memory_()), as chapter 5's SharedEpoch does", _tar_persistent),
     ],
 )

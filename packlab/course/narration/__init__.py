@@ -7,4 +7,7 @@ always follow the numbers. A cell that only passes such sentences to
 :func:`packlab.course.prose.figures` is hidden in the book and in JupyterLab
 (``tags: [remove-input]`` and ``jupyter: source_hidden: true``). ``chNN`` serves chapter
 NN; its functions take measured values and return text, never measure anything.
+
+Every verdict comes from :func:`packlab.bench.compare` (through ``verdict`` and
+``ratio_words``): "clearly" appears only where it says so.
 """

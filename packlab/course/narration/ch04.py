@@ -1,0 +1,44 @@
+"""Sentences of chapter 4, "Per-worker handles", built from what its cells measured.
+
+Every "clearly" follows :func:`packlab.bench.compare`.
+"""
+
+from __future__ import annotations
+
+from packlab.bench import Spread, compare, verdict
+
+
+def gain_verdict(more_workers: Spread, fewer_workers: Spread) -> str:
+    """More workers against fewer (images/s): "a clear gain", "a clear loss" or "no clear difference"."""
+    return verdict(more_workers, fewer_workers,
+                   "a clear gain",
+                   "a clear loss",
+                   "no clear difference")
+
+
+def beyond_cores_sentence(at_cores: Spread, beyond: Spread, cores: int) -> str:
+    """From one worker per core to two per core, for JPEG members read from the page cache."""
+    seen = {
+        1: "a clear gain, so something other than the CPU held the workers back in these runs (other programs, "
+           "or waits for the disk)",
+        -1: "a clear loss: the extra workers only competed for the same cores",
+        0: "no clear difference",
+    }[compare(beyond, at_cores)]
+    return f"between {cores} and {2 * cores} workers the zip of JPEGs showed {seen}"
+
+
+def persistence_saving(fresh: Spread, kept: Spread) -> str:
+    """What keeping the workers did to an epoch (seconds per epoch: fresh workers, persistent ones)."""
+    difference = fresh.median - kept.median
+    return {
+        -1: f"clearly saved {difference:.2f} s per epoch",
+        1: f"clearly cost {-difference:.2f} s per epoch",
+        0: f"made no clear difference (medians {abs(difference):.2f} s apart)",
+    }[compare(kept, fresh)]
+
+
+def single_run_saving(fresh: Spread, kept: Spread) -> str:
+    """The same for one run of each (a spread of one measurement): numbers, no verdict."""
+    difference = fresh.median - kept.median
+    return (f"{'saved' if difference >= 0 else 'cost'} {abs(difference):.2f} s per epoch in one run of each "
+            f"({fresh.median:.2f} s fresh, {kept.median:.2f} s kept), too few runs for a verdict")

@@ -1,0 +1,136 @@
+"""Every sentence chapters 0–5 build reads right for every verdict, and says "clearly" only when
+``bench.compare`` does.
+
+Each helper of ``packlab.course.narration.chNN`` is called with spreads that ``compare``
+calls clearly higher, clearly lower and not different, and its words are checked against
+that verdict: no "clearly" (other than "not clearly") without a clear verdict, no
+"no clear difference" with one, and none of the slips a template makes ("no clearly
+different", doubled spaces or full stops).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from packlab.bench import Spread, compare
+from packlab.course.narration import ch00, ch01, ch02, ch03, ch04, ch05
+
+BASE = Spread.of([100.0, 101.0, 102.0, 103.0, 104.0, 105.0])
+HIGHER = Spread.of([v * 1.5 for v in BASE])
+LOWER = Spread.of([v / 1.5 for v in BASE])
+SAME = Spread.of([101.5, 100.5, 104.5, 102.5, 103.5, 99.5])
+SLIGHTLY_HIGHER = Spread.of([v * 1.03 for v in BASE])  # every run higher, but the medians only 3 % apart
+
+CASES = {"higher": HIGHER, "lower": LOWER, "same": SAME}
+
+
+def test_the_fixtures_cover_every_verdict():
+    assert compare(HIGHER, BASE) == 1 and compare(LOWER, BASE) == -1 and compare(SAME, BASE) == 0
+
+
+def claims_clear(text: str) -> bool:
+    """Whether the words say the difference is clear (or give a ratio, which only clear verdicts do)."""
+    without_negations = re.sub(r"not clearly|no clear", "", text)
+    return bool(re.search(r"\bclear(ly)?\b|\btimes (faster|slower)\b", without_negations))
+
+
+def well_formed(text: str) -> None:
+    assert "no clearly" not in text and "  " not in text and ".." not in text, text
+    assert text == text.strip(), text
+
+
+#: (name, the helper's arguments for one case's spread, helper); the helpers of EXPLANATIONS
+#: explain a verdict stated in the sentence before them, so they need not repeat "clearly".
+EXPLANATIONS = {"ch03.lock_cache_sentence", "ch03.lock_model_sentence"}
+TWO_SPREAD_HELPERS = [
+    ("ch01.workers_verdict", lambda a: (a, BASE), ch01.workers_verdict),
+    ("ch01.same_loader_verdict", lambda a: (a, BASE), ch01.same_loader_verdict),
+    ("ch01.per_batch_sentence", lambda a: (a, BASE, 64, 32), ch01.per_batch_sentence),
+    ("ch01.order_verdict", lambda a: (a, BASE), ch01.order_verdict),
+    ("ch01.pil_sentence", lambda a: (a, BASE, 3.0), ch01.pil_sentence),
+    ("ch01.threads_sentence", lambda a: (a, BASE), ch01.threads_sentence),
+    ("ch02.than", lambda a: (a, BASE), ch02.than),
+    ("ch02.rate_verdict", lambda a: (a, BASE), ch02.rate_verdict),
+    ("ch02.deflate_sentence", lambda a: (a, BASE), ch02.deflate_sentence),
+    ("ch02.raw_readers_sentence", lambda a: (a, BASE, 60.0, 40.0), ch02.raw_readers_sentence),
+    ("ch02.cold_sentence", lambda a: (a, BASE, BASE, BASE), ch02.cold_sentence),
+    ("ch03.workers_verdict", lambda a: (a, BASE), ch03.workers_verdict),
+    ("ch03.workers_summary", lambda a: (a, BASE), ch03.workers_summary),
+    ("ch03.lock_sentence", lambda a: (a, BASE, "raw"), ch03.lock_sentence),
+    ("ch03.lock_cache_sentence", lambda a: (a, BASE, "30"), ch03.lock_cache_sentence),
+    ("ch03.lock_model_sentence", lambda a: (a, BASE, 1.5, 2), ch03.lock_model_sentence),
+    ("ch03.reopen_verdict", lambda a: (a, BASE), ch03.reopen_verdict),
+    ("ch03.than", lambda a: (a, BASE), ch03.than),
+    ("ch04.gain_verdict", lambda a: (a, BASE), ch04.gain_verdict),
+    ("ch04.beyond_cores_sentence", lambda a: (BASE, a, 2), ch04.beyond_cores_sentence),
+    ("ch04.persistence_saving", lambda a: (BASE, a), ch04.persistence_saving),
+    ("ch05.parse_verdict", lambda a: (a, BASE), ch05.parse_verdict),
+    ("ch05.versus_webdataset", lambda a: (a, BASE), ch05.versus_webdataset),
+]
+
+
+@pytest.mark.parametrize("name, arguments, helper", TWO_SPREAD_HELPERS, ids=[h[0] for h in TWO_SPREAD_HELPERS])
+def test_a_sentence_claims_a_clear_difference_exactly_when_compare_does(name, arguments, helper):
+    texts = {case: helper(*arguments(spread)) for case, spread in CASES.items()}
+    for case, text in texts.items():
+        well_formed(text)
+        if case == "same":
+            assert not claims_clear(text), f"{name} claims a clear difference where compare sees none: {text!r}"
+        else:
+            assert name in EXPLANATIONS or claims_clear(text), f"{name} does not say the {case} case is clear: {text!r}"
+            assert "no clear difference" not in text, text
+    assert len(set(texts.values())) == 3, f"{name} says the same for different verdicts: {texts}"
+
+
+def test_a_difference_below_the_minimum_ratio_is_never_called_clear():
+    assert compare(SLIGHTLY_HIGHER, BASE) == 0
+    for name, arguments, helper in TWO_SPREAD_HELPERS:
+        assert not claims_clear(helper(*arguments(SLIGHTLY_HIGHER))), name
+
+
+def test_a_stat_sentence_prints_clearly_different_medians_differently():
+    warm = Spread.of([3.0, 3.1, 3.05, 3.02, 3.08, 3.04])
+    pages = Spread.of([3.4, 3.5, 3.45, 3.42, 3.48, 3.44])
+    text = ch02.stat_sentence(warm, pages, None)
+    assert "clearly more" in text and "3.0 µs warm and 3.4 µs" in text, text
+    assert "no clear difference" in ch02.stat_sentence(warm, warm, warm)
+    assert "clearly more than" in ch02.stat_sentence(warm, warm, Spread.of([v * 3 for v in warm]))
+    assert "cannot drop" in ch02.stat_sentence(warm, None, None)
+
+
+def test_cold_zip_sentence_names_the_levels_where_zipfile_was_slower():
+    assert "not clearly different" in ch02.cold_zip_sentence([])
+    text = ch02.cold_zip_sentence(["data pages", "all caches"])
+    assert text.startswith("With data pages dropped and with all caches dropped, `ZipFile.read` was clearly slower")
+
+
+def test_layout_verdict_names_only_the_pairs_compare_tells_apart():
+    assert ch05.layout_verdict({"a": BASE, "b": SAME, "c": SAME}) == (
+        "by the course's rule no clear difference between any two of the layouts")
+    text = ch05.layout_verdict({"folder": BASE, "zip": SAME, "tar": HIGHER})
+    assert text == ("folder 1.5 times slower than tar; zip 1.5 times slower than tar "
+                    "(the other pairs: no clear difference)")
+
+
+def test_error_kinds_counts_the_read_that_was_spoiled():
+    errors = [ValueError("Bad CRC-32 for file '1.jpg'"), ValueError("Bad CRC-32 for file '2.jpg'"),
+              ValueError("Bad magic number for file header"), None, KeyError("x")]
+    assert ch03.error_kinds(errors) == "2 × `Bad CRC-32`, 1 × `Bad magic number for file header`, 1 × `KeyError`"
+    assert ch03.error_kinds([None]) == "none of them failed"
+
+
+def test_the_simulation_sentence_and_small_helpers():
+    text = ch01.simulation_sentence({"old": (0.101, 0.6), "new": (0.014, 0.9)})
+    assert "10.1 %" in text and "1.4 %" in text and "90 %" in text
+    assert ch01.split_chance(BASE, BASE) == "1.00"
+    assert "ms more per image" in ch01.gap_sentence(0.001) and "no slower" in ch01.gap_sentence(-0.001)
+    assert ch00.size_against_imagenet(1.0) == "about the same as ImageNet's"
+    assert ch00.size_against_imagenet(0.5) == "0.50 times ImageNet's"
+    assert ch02.crc_sentence(20.0, Spread.of([2000.0] * 6)).endswith("4 % of the raw folder's 500 µs per image.")
+
+
+def test_a_single_run_is_reported_without_a_verdict():
+    text = ch04.single_run_saving(Spread.of([4.2]), Spread.of([0.1]))
+    assert text.startswith("saved 4.10 s per epoch in one run of each") and not claims_clear(text)
