@@ -123,7 +123,13 @@ def test_chapters_cite_measured_numbers():
     assert not without, f"these chapters cite no measured number in their prose: {without}"
 
 
-def test_figures_binds_names_where_the_caller_reads_them(monkeypatch):
+@pytest.fixture
+def outside_ipython(monkeypatch):
+    """No IPython shell, even when another test in this process started one: names go to the caller's globals."""
+    monkeypatch.setattr("IPython.get_ipython", lambda: None)
+
+
+def test_figures_binds_names_where_the_caller_reads_them(monkeypatch, outside_ipython):
     glued = {}
     monkeypatch.setattr(prose, "glue", lambda name, value: glued.update({name: value}))
     prose.figures(cited_rate="452", cited_count=3)
@@ -145,7 +151,7 @@ def test_the_course_glues_values_exactly_as_myst_nb_does(monkeypatch, value):
     assert len(shown) == 2 and shown[0] == shown[1], shown
 
 
-def test_figures_binds_names_without_the_book_tools(monkeypatch):
+def test_figures_binds_names_without_the_book_tools(monkeypatch, outside_ipython):
     """An attendee's environment (make lab, no dev extra) has no myst-nb: the names are still bound."""
     import sys
 

@@ -72,6 +72,8 @@ NUDGES: dict[str, dict[str, str]] = {
         "seeded": "a different seed must give a different order",
         "bounded_buffer": "a shuffle buffer holds a fixed number of samples, however long the shard",
         "truncated_shard": "chapter 5: how does a reader tell a shard that ended from one that was cut off?",
+        "streamed": "over HTTP or S3 a shard is a stream you cannot seek back in: what can you still see as it goes by?",
+        "persistent_workers": "persistent workers keep the copy of the dataset they got at the start: how does a new epoch reach them?",
     },
     "shard_split": {
         "exactly_once": "every shard must land with exactly one (rank, worker) pair, whatever the counts",
@@ -93,7 +95,8 @@ NUDGES: dict[str, dict[str, str]] = {
         "warm": "the first pass pays for things later passes do not (cold files, worker start-up)",
         "threads": "the consumer's speed depends on its torch threads: use the number asked for, and leave the setting as you found it",
         "decides": "the slower side sets the pace; compare like with like",
-        "no_clear_difference": "chapter 7: measurements taken at different times drift; when is a difference a difference?",
+        "turns": "chapter 7: a machine's speed drifts; which order of runs lets the drift fall on every side alike?",
+        "verdict": "chapter 7: when is a difference a difference? The course has one rule for that, and it is not the medians alone",
     },
     "parallel_map": {
         "in order": "results must come out in the order the items went in, even if they finish in another order",
@@ -101,6 +104,7 @@ NUDGES: dict[str, dict[str, str]] = {
         "bounded": "never take more from the input than you can have in flight",
         "errors name the item": "when one item fails, the error should say which item",
         "no thread left behind": "a generator can be abandoned half-way: what stops your threads then?",
+        "any items": "the items can be anything an iterable yields, equal to each other or None: what must you not use them for?",
     },
     "lmdb_write": {
         "one_file": "chapter 9: an LMDB database can be one file rather than a folder",
@@ -108,6 +112,11 @@ NUDGES: dict[str, dict[str, str]] = {
         "labels": "the course's layout keeps the label in front of the image bytes, in a fixed width",
         "jpeg_bytes": "store the image exactly as it is on disk",
         "atomic": "a reader must never find a half-written database under the final name",
+        "root": "the images come from the data folder you are given, not always the default one",
+        "any_order": "the samples can arrive in any order: does your way of writing assume sorted keys?",
+        "one_transaction": "each write transaction costs a sync: how many does the whole file need?",
+        "tidy": "look beside the file when you are done, and after a write that failed: what did LMDB or you leave there?",
+        "replaces": "a file from an earlier run may be there already, and so may a temporary file from a run that crashed",
     },
     "lmdb_dataset": {
         "no_env_in_init": "the same lesson as the zip: what does a handle opened in __init__ do to the workers?",
@@ -117,6 +126,9 @@ NUDGES: dict[str, dict[str, str]] = {
         "spawn": "under spawn the dataset is pickled and the class imported in a fresh process",
         "fresh_reads": "a read transaction kept open sees an old snapshot: how long should one live?",
         "close": "a process should be able to let go of what it opened",
+        "keys": "with no keys given the dataset serves every record; with keys, those in the order given",
+        "items": "the course's layout joins label and image in one value; the transform wants the image as stored",
+        "read_only": "many processes read the same file at once: how should each open it so that none writes anything?",
     },
     "resuming_shards": {
         "reads_once": "with no failure, the shard's samples pass through unchanged",
@@ -146,7 +158,8 @@ NUDGES: dict[str, dict[str, str]] = {
 #: Groups of parts, for staging a long exercise: ``{check id: {stage: (part names, ...)}}``.
 #: Exercise 4 (chapter 5) is the longest of the course: its core is the whole writer and
 #: a reader that gives every sample exactly once with workers under fork and spawn; the
-#: reader's stretch parts (per-epoch shuffling, a bounded buffer, truncated shards) are
+#: reader's stretch parts (per-epoch shuffling, a bounded buffer, truncated shards, a
+#: stream that cannot seek, persistent workers) are
 #: for whoever is ahead of the room.
 STAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "tar_write": {
@@ -154,7 +167,8 @@ STAGES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "tar_dataset": {
         "core": ("one_process", "fork_3_workers", "spawn_2_workers"),
-        "stretch": ("shuffle_epochs", "shard_order", "reproducible", "seeded", "bounded_buffer", "truncated_shard"),
+        "stretch": ("shuffle_epochs", "shard_order", "reproducible", "seeded", "bounded_buffer", "truncated_shard",
+                    "streamed", "persistent_workers"),
     },
 }
 
