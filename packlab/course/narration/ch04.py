@@ -37,8 +37,10 @@ def persistence_saving(fresh: Spread, kept: Spread) -> str:
     }[compare(kept, fresh)]
 
 
-def single_run_saving(fresh: Spread, kept: Spread) -> str:
-    """The same for one run of each (a spread of one measurement): numbers, no verdict."""
-    difference = fresh.median - kept.median
-    return (f"{'saved' if difference >= 0 else 'cost'} {abs(difference):.2f} s per epoch in one run of each "
-            f"({fresh.median:.2f} s fresh, {kept.median:.2f} s kept), too few runs for a verdict")
+def spawn_start_sentence(spawn_seconds: float, fork_seconds: float) -> str:
+    """The audit's ``spawn`` row against its ``fork`` row with as many workers (seconds, one run each):
+    what starting ``spawn`` workers added, as numbers, without a verdict."""
+    extra = spawn_seconds - fork_seconds
+    return (f"its `spawn` row took {spawn_seconds:.1f} s and the `fork` row with as many workers "
+            f"{fork_seconds:.1f} s for the same samples, {abs(extra):.1f} s {'more' if extra >= 0 else 'less'} "
+            "(one run of each, too few for a verdict)")
