@@ -23,6 +23,7 @@ never leaves a half-written archive under the final name.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing
 import os
@@ -132,19 +133,27 @@ def write_raw_folder(
     samples: Sequence[data.Sample] | None = None,
     root: Path | None = None,
     progress: bool = True,
+    from_zip: Path | str | None = None,
 ) -> Path:
     """Write one ``<key>.raw`` file of resized pixels per sample into folder ``dst``.
 
     This is preprocessing without packing: as many files as the JPEG folder, but no
-    decode or resize left to do when reading.
+    decode or resize left to do when reading. With ``from_zip``, a zip of ``raw`` members
+    (:func:`write_zip`), the pixels are copied out of it instead of decoded again: the
+    same bytes, without the decode that is the slow part.
     """
     dst = Path(dst)
     samples = _select(samples, root)
     tmp = dst.with_name(f"{dst.name}.partial-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    payloads = iter_member_bytes(samples, "raw", root)
-    for sample, payload in _progress(zip(samples, payloads), len(samples), "raw folder", progress):
-        (tmp / member_name(sample.key, "raw")).write_bytes(payload)
+    with contextlib.ExitStack() as stack:
+        if from_zip is None:
+            payloads = iter_member_bytes(samples, "raw", root)
+        else:
+            archive = stack.enter_context(zipfile.ZipFile(from_zip))
+            payloads = (archive.read(member_name(s.key, "raw")) for s in samples)
+        for sample, payload in _progress(zip(samples, payloads), len(samples), "raw folder", progress):
+            (tmp / member_name(sample.key, "raw")).write_bytes(payload)
     if dst.exists():
         import shutil
 
@@ -317,10 +326,15 @@ def ensure_zip(
 
 
 def ensure_raw_folder(root: Path | None = None, progress: bool = True) -> Path:
-    """The course's folder of pre-resized raw pixels (one file per sample), written once and reused."""
+    """The course's folder of pre-resized raw pixels (one file per sample), written once and reused.
+
+    Copied out of the course's raw-pixel zip when that one is up to date (chapter 2 writes
+    it first), so that the images are decoded once for both copies.
+    """
     target = paths.packed_dir(root) / "raw-folder"
     if not _fresh(target, root):
-        write_raw_folder(target, root=root, progress=progress)
+        raw_zip = paths.packed_dir(root) / "images-raw-stored.zip"
+        write_raw_folder(target, root=root, progress=progress, from_zip=raw_zip if _fresh(raw_zip, root) else None)
     return target
 
 

@@ -72,6 +72,14 @@ def test_raw_folder_has_one_file_per_sample(tmp_path, small_root, small_manifest
     assert sorted(p.name for p in folder.iterdir()) == [f"{s.key}.raw" for s in small_manifest]
 
 
+def test_raw_folder_copied_from_a_raw_zip_holds_the_decoded_pixels(tmp_path, small_root, small_manifest):
+    decoded = pack.write_raw_folder(tmp_path / "decoded", root=small_root, progress=False)
+    raw_zip = pack.write_zip(tmp_path / "raw.zip", members="raw", root=small_root, progress=False)
+    copied = pack.write_raw_folder(tmp_path / "copied", root=small_root, progress=False, from_zip=raw_zip)
+    assert [(p.name, p.read_bytes()) for p in sorted(copied.iterdir())] == \
+           [(p.name, p.read_bytes()) for p in sorted(decoded.iterdir())]
+
+
 def _tar_members(path):
     with tarfile.open(path) as tar:
         return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
