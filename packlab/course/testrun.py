@@ -9,7 +9,8 @@
    shows what these runs measured (:mod:`packlab.course.pytest_book_cache` hands them to
    the book's execution cache), so nothing else may compete for the cores meanwhile.
 4. **Tests marked ``needs_book``** (the browser tests), which build the book from that
-   cache and drive JupyterLab.
+   cache and drive JupyterLab, one test file per process, two at a time (they mostly wait
+   on the browser).
 
 Every phase runs even when an earlier one failed, so one run reports everything; the
 exit status is non-zero when any phase failed. A phase that collects no test at all is
@@ -74,7 +75,9 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[
         "serial": [*pytest, "tests", "-m", "serial and not needs_book"],
         "notebooks": [*pytest, *map(str, notebooks), "--nbval-lax", "--nbval-current-env",
                       f"--nbval-cell-timeout={cell_timeout}", "-p", "packlab.course.pytest_book_cache"],
-        "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache"],
+        # The book's browser test and the two JupyterLab ones mostly wait on a browser: one file per process.
+        "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache",
+                    "-n", "2", "--dist", "loadfile"],
     }
 
 
