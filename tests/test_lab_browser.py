@@ -25,8 +25,8 @@ in headless Chromium, driven by Playwright, in a temporary clone (never in this 
   and the attendee's solution in ``mywork/`` stays.
 
 Screenshots: ``_build/screens/lab-*.png``. Under ``make test`` it runs after the
-notebooks (``needs_book`` orders it there, see ``packlab/course/pytest_book_cache.py``):
-the unit tests report first, and chapter 2 has written the archives chapter 3 reads.
+notebooks (``needs_book`` orders it there, see ``packlab/course/testrun.py``), beside the
+unit tests: chapter 2 has written the archives chapter 3 reads.
 Chromium: see ``browser_support.py``.
 """
 

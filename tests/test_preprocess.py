@@ -35,6 +35,19 @@ def input_shards(small_root, tmp_path_factory):
     return pack.write_tar_shards(folder, root=small_root, maxcount=10, progress=False)
 
 
+def _running_in_group(group: int) -> list[int]:
+    """Processes of process group ``group`` that still run (zombies, killed and only waiting to be reaped, do not)."""
+    running = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):  # fields: state, ppid, pgrp, ...
+            running.append(int(stat.parent.name))
+    return running
+
+
 def _no_partials(folder: Path) -> bool:
     return not list(folder.glob(".*.partial-*"))
 
@@ -115,6 +128,12 @@ def test_a_run_killed_midway_and_resumed_writes_the_same_bytes(input_shards, tmp
         os.killpg(run.pid, signal.SIGKILL)  # the whole job at once, as a scheduler's time limit does
     finally:
         run.wait(30)
+    # The pool's workers die with the group, but on a busy machine one may still be on its way out
+    # when the parent has been reaped: wait until no process of the group is left, so that nothing
+    # of the killed run writes after the resumed run has started.
+    deadline = time.monotonic() + 30
+    while _running_in_group(run.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     finished_before_kill = {p.name for p in killed.glob("*.tar")}
     assert 0 < len(finished_before_kill) < len(input_shards)
     assert not _no_partials(killed), "expected the kill to leave a half-written shard under its temporary name"

@@ -1,21 +1,51 @@
-"""``make test``'s phases: an empty phase fails, except the serial one."""
-
-import subprocess
+"""``make test``'s phases: an empty phase fails, except the serial one; the unit and browser phases run together."""
 
 import pytest
 
 from packlab.course import testrun
 
 
-@pytest.mark.parametrize("empty, expected", [("serial", 0), ("unit", 1), ("notebooks", 1), ("browser", 1)])
-def test_a_phase_that_collects_nothing_fails_unless_it_may_be_empty(monkeypatch, tmp_path, capsys, empty, expected):
+class FakeProcess:
+    def __init__(self, status):
+        self.status = status
+
+    def wait(self):
+        return self.status
+
+
+@pytest.fixture
+def fake_phases(monkeypatch, tmp_path):
     monkeypatch.setattr(testrun.paths, "build_dir", lambda: tmp_path)
     monkeypatch.setattr(testrun, "convert_notebooks", lambda root: [])
+    started = []
 
-    def fake_run(command, cwd):
-        phase = next(p for p, c in testrun.phase_commands(4, 600, []).items() if c == command)
-        return subprocess.CompletedProcess(command, testrun.NO_TESTS_COLLECTED if phase == empty else 0)
+    def use(empty=None):
+        commands = testrun.phase_commands(4, 600, [])
 
-    monkeypatch.setattr(testrun.subprocess, "run", fake_run)
+        def fake_popen(command, cwd, stdout=None, stderr=None):
+            phase = next(p for p, c in commands.items() if c == command)
+            started.append(phase)
+            return FakeProcess(testrun.NO_TESTS_COLLECTED if phase == empty else 0)
+
+        monkeypatch.setattr(testrun.subprocess, "Popen", fake_popen)
+        return started
+
+    return use
+
+
+@pytest.mark.parametrize("empty, expected", [("serial", 0), ("unit", 1), ("notebooks", 1), ("browser", 1)])
+def test_a_phase_that_collects_nothing_fails_unless_it_may_be_empty(fake_phases, tmp_path, empty, expected):
+    fake_phases(empty)
     assert testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[]) == expected
     assert (tmp_path / "test-times.json").exists()
+
+
+def test_the_machine_is_alone_for_serial_tests_and_notebooks_and_shared_by_unit_and_browser_tests():
+    assert testrun.STAGES == (("serial",), ("notebooks",), ("unit", "browser"))
+    assert sorted(p for stage in testrun.STAGES for p in stage) == sorted(testrun.PHASES)
+
+
+def test_every_phase_starts_in_the_stage_order(fake_phases):
+    started = fake_phases()
+    testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[])
+    assert started == ["serial", "notebooks", "unit", "browser"]

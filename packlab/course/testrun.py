@@ -1,21 +1,24 @@
 """``make test``: the unit tests, the notebooks and the browser tests, in four phases.
 
-1. **Unit tests that only wait or compute briefly**, several at a time (pytest-xdist):
-   most of them wait for worker processes to start, kernels to boot, servers to answer or
-   fakes to sleep, and waiting overlaps well even on two cores.
-2. **Unit tests marked ``serial``**, one at a time: they time something or need the
-   machine to themselves.
-3. **Every chapter and solution notebook under nbval**, one at a time and alone: the book
+1. **Unit tests marked ``serial``**, one at a time, first: they time something or need
+   the machine to themselves.
+2. **Every chapter and solution notebook under nbval**, one at a time and alone: the book
    shows what these runs measured (:mod:`packlab.course.pytest_book_cache` hands them to
    the book's execution cache), so nothing else may compete for the cores meanwhile.
-4. **Tests marked ``needs_book``** (the browser tests), which build the book from that
-   cache and drive JupyterLab.
+3. **The other unit tests**, several at a time (pytest-xdist): most of them wait for
+   worker processes to start, kernels to boot, servers to answer or fakes to sleep, and
+   waiting overlaps well even on two cores;
+4. **and, at the same time, the tests marked ``needs_book``** (the browser tests), which
+   build the book from the notebooks' cache and drive JupyterLab, one test file per
+   process. Neither phase times anything, so they may share the machine; the browser
+   tests' output is printed when they end, not mixed into the unit tests'.
 
 Every phase runs even when an earlier one failed, so one run reports everything; the
 exit status is non-zero when any phase failed. A phase that collects no test at all is
 a failure too (pytest's exit status 5): it means the markers or paths went wrong; only
-the serial phase may be empty, when no test needs the machine to itself. The
-wall time of each phase is printed at the end and written to ``_build/test-times.json``.
+the serial phase may be empty, when no test needs the machine to itself. The wall time
+of each phase (and of the whole run) is printed at the end and written to
+``_build/test-times.json``.
 
 ``python -m packlab.course.testrun --jobs N`` sets the number of parallel unit-test
 processes (``make test TEST_JOBS=N``); ``--only unit,notebooks`` runs some phases.
@@ -34,7 +37,9 @@ from pathlib import Path
 from packlab import paths
 from packlab.course.pytest_book_cache import NBTEST_DIR
 
-PHASES = ("unit", "serial", "notebooks", "browser")
+PHASES = ("serial", "notebooks", "unit", "browser")
+#: Phases run one group after another; the phases of one group run at the same time.
+STAGES = (("serial",), ("notebooks",), ("unit", "browser"))
 #: Phases that may select no test at all (pytest's exit status 5 there is not a failure).
 MAY_BE_EMPTY = {"serial"}
 NO_TESTS_COLLECTED = 5
@@ -74,32 +79,60 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[
         "serial": [*pytest, "tests", "-m", "serial and not needs_book"],
         "notebooks": [*pytest, *map(str, notebooks), "--nbval-lax", "--nbval-current-env",
                       f"--nbval-cell-timeout={cell_timeout}", "-p", "packlab.course.pytest_book_cache"],
-        "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache"],
+        # The book's browser test and the two JupyterLab ones mostly wait on a browser: one file per process.
+        # Its own temporary folder: it runs beside the unit tests' session.
+        "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache",
+                    "-n", "2", "--dist", "loadfile", f"--basetemp={paths.build_dir() / 'pytest-browser'}"],
     }
+
+
+def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> dict[str, dict]:
+    """Run the phases of one stage at the same time; the first one's output streams, the others' follow it."""
+    import tempfile
+
+    running = {}
+    start = time.perf_counter()
+    for index, phase in enumerate(stage):
+        print(f"\n==== make test, phase {phase}: {' '.join(commands[phase][2:])}", flush=True)
+        log = None if index == 0 else tempfile.TemporaryFile(mode="w+")
+        running[phase] = (subprocess.Popen(commands[phase], cwd=root, stdout=log, stderr=subprocess.STDOUT if log else None), log)
+    times = {}
+    for phase, (process, log) in running.items():
+        status = process.wait()
+        times[phase] = {"seconds": round(time.perf_counter() - start, 1), "exit_status": status}
+        if log is not None:
+            log.seek(0)
+            print(f"\n==== make test, phase {phase} (ran beside {stage[0]}), its output:", flush=True)
+            print(log.read(), flush=True)
+            log.close()
+        if phase in MAY_BE_EMPTY and status == NO_TESTS_COLLECTED:
+            print(f"(no test is marked for the {phase} phase)", flush=True)
+            times[phase]["exit_status"] = 0
+    return times
 
 
 def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
     root = paths.repo_root()
     notebooks = convert_notebooks(root) if "notebooks" in only else []
-    commands = phase_commands(jobs, cell_timeout, notebooks)
+    commands = {phase: command + extra for phase, command in phase_commands(jobs, cell_timeout, notebooks).items()}
     times: dict[str, dict] = {}
-    for phase in PHASES:
-        if phase not in only:
+    total = 0.0
+    for stage in STAGES:
+        selected = [phase for phase in stage if phase in only]
+        if not selected:
             continue
-        command = commands[phase] + extra
-        print(f"\n==== make test, phase {phase}: {' '.join(command[2:])}", flush=True)
-        start = time.perf_counter()
-        status = subprocess.run(command, cwd=root).returncode
-        if phase in MAY_BE_EMPTY and status == NO_TESTS_COLLECTED:
-            print(f"(no test is marked for the {phase} phase)", flush=True)
-            status = 0
-        times[phase] = {"seconds": round(time.perf_counter() - start, 1), "exit_status": status}
+        stage_times = _run_stage(selected, commands, root)
+        times.update(stage_times)
+        total += max(r["seconds"] for r in stage_times.values())
     print("\n==== make test: wall time per phase")
-    for phase, result in times.items():
-        state = "passed" if result["exit_status"] == 0 else f"FAILED (pytest exit status {result['exit_status']})"
-        print(f"  {phase:<10} {result['seconds']:>7.1f} s  {state}")
-    total = sum(r["seconds"] for r in times.values())
-    print(f"  {'total':<10} {total:>7.1f} s")
+    for stage in STAGES:
+        shown = [phase for phase in stage if phase in times]
+        for phase in shown:
+            result = times[phase]
+            state = "passed" if result["exit_status"] == 0 else f"FAILED (pytest exit status {result['exit_status']})"
+            beside = f" (beside {shown[0]})" if phase != shown[0] else ""
+            print(f"  {phase:<10} {result['seconds']:>7.1f} s  {state}{beside}")
+    print(f"  {'total':<10} {total:>7.1f} s (wall)")
     out = paths.build_dir() / "test-times.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"jobs": jobs, "phases": times, "total_seconds": round(total, 1)}, indent=2))

@@ -377,11 +377,19 @@ def _goals(rows: list[dict], parallel_ceiling: float) -> dict:
         out["goals"]["ours_vs_best_peer"] = {
             "goal": GOALS["ours_vs_best_peer"], "measured": out["ours_vs_best_peer"], "reached": reached,
             "ours": ours["loader"], "peer": peer["loader"],
-            # Overlapping ranges: the runs do not separate the two clearly.
-            "ranges_overlap": ours["min_images_per_s"] <= peer["max_images_per_s"],
+            # The course's verdict rule (bench.compare) on the two loaders' epochs: 1, 0 or -1.
+            "compare": _compare_rows(ours, peer),
+            "epochs_each": min(len(ours["epochs"]), len(peer["epochs"])),
             "limit": None if reached else {"ours": ours["where_the_time_goes"], "peer": peer["where_the_time_goes"]},
         }
     return out
+
+
+def _compare_rows(a: dict, b: dict) -> int:
+    """:func:`packlab.bench.compare` on two rows' epoch rates: 1 if ``a`` is clearly faster, -1 clearly slower, 0 unclear."""
+    from packlab.bench import Spread, compare
+
+    return compare(Spread.of(e["images_per_s"] for e in a["epochs"]), Spread.of(e["images_per_s"] for e in b["epochs"]))
 
 
 def _ratios(rows: list[dict]) -> dict:
@@ -459,8 +467,14 @@ def format_benchmark(results: dict) -> str:
         who = goal["ours"] + (f" / {goal['peer']}" if "peer" in goal else "")
         lines.append(f"{name} = {goal['measured']:.2f} ({who}); goal {goal['goal']:.2f}: "
                      + ("reached" if goal["reached"] else "not reached"))
-        if goal.get("ranges_overlap"):
-            lines.append("  the two loaders' ranges overlap: no clear difference between them in this run")
+        if goal.get("compare") == 0:
+            lines.append(f"  no clear difference between the two by the course's rule (bench.compare) over "
+                         f"{goal['epochs_each']} epochs each"
+                         + (" (it needs at least 5 rounds each to call any difference clear)"
+                            if goal["epochs_each"] < 5 else ""))
+        elif "compare" in goal:
+            lines.append(f"  {goal['ours']} is clearly {'faster' if goal['compare'] > 0 else 'slower'} "
+                         "by the course's rule (bench.compare)")
         limit = goal["limit"]
         if limit:
             for who, part in ({"ours": limit} if "limited_by" in limit else limit).items():

@@ -71,6 +71,7 @@ class _FakeLoader:
         self.batch_size = BATCH  # what a DataLoader has, for code that looks
         self.dataset = range(batches * BATCH)
         self.timings: list[tuple[int, int, bool, float]] = []  # (epoch's place in passes, batch, plain?, seconds)
+        self.spans: list[tuple[int, float]] = []  # (epoch's place in passes, seconds from its first batch to its end)
 
     def __len__(self):
         return self.batches
@@ -84,6 +85,7 @@ class _FakeLoader:
         self.passes.append("?")  # an epoch began: what it is shows when it ends
         position = len(self.passes) - 1
         factor = 1.0
+        first_batch_at = None
         try:
             time.sleep(self.startup)
             for index in range(self.batches):
@@ -95,7 +97,12 @@ class _FakeLoader:
                 began = time.perf_counter()
                 time.sleep(self.per_batch * cold * factor)
                 self.timings.append((position, index, cold == factor == 1.0, time.perf_counter() - began))
+                if index == 0:
+                    first_batch_at = time.perf_counter()
                 yield torch.zeros(BATCH, 1), torch.zeros(BATCH, dtype=torch.long)
+            # The whole epoch was read: its wall time after the first batch, everything included
+            # (the generator's own overhead, and on a busy machine the waits for a core).
+            self.spans.append((position, time.perf_counter() - first_batch_at))
         finally:
             self.in_epoch -= 1
             self.passes[position] = "T" if self.trained_this_epoch else "L"
@@ -112,8 +119,17 @@ class _FakeLoader:
 
     @property
     def rate(self) -> float:
-        """Warm, steady images/s of the loader alone (after the first batch), as it ran."""
-        return BATCH / self.seconds_per_batch("L")
+        """Warm, steady images/s of the loader alone, as it ran: the median over its epochs read
+        alone of the images after the first batch over the wall time from that batch to the end.
+
+        Timed around the whole epoch, not only the sleeps, so a machine busy enough to delay the
+        generator itself slows this reference exactly as much as it slows the candidate's clock.
+        """
+        rates = sorted(BATCH * (self.batches - 1) / seconds for position, seconds in self.spans
+                       if self.passes[position] == "L" and seconds > 0)
+        if not rates or self.batches < 2:
+            return BATCH / self.seconds_per_batch("L")
+        return rates[len(rates) // 2]
 
 
 class _FakeConsumer:

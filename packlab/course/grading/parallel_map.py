@@ -287,16 +287,28 @@ def _new_threads(before: set) -> list[str]:
 
 
 class _Started:
-    """Counts the calls that have started their long wait, so a part can hold one call until others run."""
+    """Counts the calls that have started their long wait, so a part can hold one call until others run,
+    and those still in it, so a part can tell whether any call outlived the map."""
 
     def __init__(self):
         self.count = 0
+        self.running = 0
         self.changed = threading.Condition()
 
     def one_more(self) -> None:
         with self.changed:
             self.count += 1
+            self.running += 1
             self.changed.notify_all()
+
+    def long_call(self) -> None:
+        """The long wait of one call, counted from its start to its end."""
+        self.one_more()
+        try:
+            time.sleep(SLOW_CALL)
+        finally:
+            with self.changed:
+                self.running -= 1
 
     def wait_for(self, count: int, timeout: float = 2.0) -> None:
         """Until ``count`` calls have started (or ``timeout`` passed: a map that runs one call at a time)."""
@@ -313,10 +325,10 @@ def _fails_while_others_run():
             started.wait_for(2)
             raise _Corrupt("cannot decode")
         if item > 13:
-            started.one_more()
-            time.sleep(SLOW_CALL)
+            started.long_call()
         return item
 
+    function.started = started
     return function
 
 
@@ -328,10 +340,10 @@ def _slow_after_the_first():
         if item == 0:
             started.wait_for(2)
             return item
-        started.one_more()
-        time.sleep(SLOW_CALL)
+        started.long_call()
         return item
 
+    function.started = started
     return function
 
 
@@ -367,9 +379,13 @@ def _no_thread_left_behind(ctx: Context) -> str:
     leaks = []
     for when, make, count, max_in_flight, use in _LEAK_CASES:
         before = set(threading.enumerate())
+        function = make()
         try:
-            results = ctx.candidate(make(), iter(range(count)), threads=3, max_in_flight=max_in_flight)
+            results = ctx.candidate(function, iter(range(count)), threads=3, max_in_flight=max_in_flight)
             use(results)
+            # Counted the moment the map has ended, raised or closed, before anything else runs: a
+            # map that waits for its threads has no call left running, whatever the machine's load.
+            outlived = getattr(getattr(function, "started", None), "running", 0)
             del results
         except Exception as exc:
             raise PartFailed(f"{when}: {ctx.name}(function, {count} items, ...) raised {describe(exc)}") from exc
@@ -377,6 +393,9 @@ def _no_thread_left_behind(ctx: Context) -> str:
         names = _new_threads(before)
         if names:
             leaks.append(f"{when}: {len(names)} thread(s) still alive {THREAD_GRACE:g} s later ({', '.join(names[:3])})")
+        elif outlived:
+            leaks.append(f"{when}: {outlived} call(s) of the function were still running when the map had already "
+                         "returned; their threads went on without anyone waiting for them")
     if leaks:
         raise PartFailed("\n".join(leaks) + "\nShut the threads down and wait for them (executor.shutdown(wait=True), "
                          "which leaving a `with` block does) before the generator ends, raises or closes")
