@@ -20,3 +20,18 @@ class Failed(set):
 def failed_parts(check_id: str, candidate, **options) -> Failed:
     """Run check ``check_id`` on ``candidate`` (quietly, unrecorded) and return the parts it failed."""
     return Failed(check(check_id, candidate, quiet=True, record=False, **options))
+
+
+def failed_parts_sparing_spawn(check_id: str, candidate, expected: set[str], **options) -> Failed:
+    """Like :func:`failed_parts`, without the parts that start spawn workers unless ``expected`` names one.
+
+    A spawn part costs a fresh interpreter per worker, each importing torch (about 4 s of
+    CPU on two cores); a wrong implementation whose mistake is elsewhere learns nothing
+    from it, and the correct alternatives and the solution still run every part.
+    """
+    from packlab.course.grading import core
+
+    names = [part.name for part in core._EXERCISES[check_id].parts]
+    spawn = {name for name in names if "spawn" in name}
+    kept = [name for name in names if name not in spawn or name in expected]
+    return failed_parts(check_id, candidate, parts=kept, **options)

@@ -205,7 +205,11 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", WRONG)
+# A count shared by the workers goes wrong by how the two workers' reads interleave; on a machine
+# crowded by parallel tests one worker can start so late that the saved counts come out right by
+# chance, so that case runs with the serial tests.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.serial) if name == "one count for all workers"
+                                  else name for name in WRONG])
 def test_each_wrong_reader_fails_the_part_that_names_its_mistake(name):
     candidate, mistakes = WRONG[name]
     assert failed_parts(candidate) == mistakes

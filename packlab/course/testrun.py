@@ -1,7 +1,7 @@
 """``make test``: the unit tests, the notebooks and the browser tests, in four phases.
 
-1. **Unit tests marked ``serial``**, one at a time, first: they time something or need
-   the machine to themselves.
+1. **Unit tests marked ``serial``**, first, with nothing else running (two at a time on
+   two cores, each with a core of its own): they time something.
 2. **Every chapter and solution notebook under nbval**, one at a time and alone: the book
    shows what these runs measured (:mod:`packlab.course.pytest_book_cache` hands them to
    the book's execution cache), so nothing else may compete for the cores meanwhile.
@@ -40,6 +40,8 @@ from packlab.course.pytest_book_cache import NBTEST_DIR
 PHASES = ("serial", "notebooks", "unit", "browser")
 #: Phases run one group after another; the phases of one group run at the same time.
 STAGES = (("serial",), ("notebooks",), ("unit", "browser"))
+#: Processes for the tests marked ``serial``: one per core, at most two.
+SERIAL_JOBS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 #: Phases that may select no test at all (pytest's exit status 5 there is not a failure).
 MAY_BE_EMPTY = {"serial"}
 NO_TESTS_COLLECTED = 5
@@ -76,7 +78,9 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     return {
         "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load"],
-        "serial": [*pytest, "tests", "-m", "serial and not needs_book"],
+        # Two at a time on two cores or more, each with a core of its own: these tests time fakes that
+        # mostly sleep, and go wrong only when a crowd of other tests delays them.
+        "serial": [*pytest, "tests", "-m", "serial and not needs_book", "-n", str(SERIAL_JOBS)],
         "notebooks": [*pytest, *map(str, notebooks), "--nbval-lax", "--nbval-current-env",
                       f"--nbval-cell-timeout={cell_timeout}", "-p", "packlab.course.pytest_book_cache"],
         # The book's browser test and the two JupyterLab ones mostly wait on a browser: one file per process.
