@@ -4,8 +4,7 @@
   ``{admonition} Key points`` and at least two ``{admonition} Predict`` prompts each, in
   the forms the project's conventions give (they render in the book and in
   jupyterlab-myst), and a ``caption=`` on every figure a chapter draws with
-  :mod:`packlab.plots`. The chapters get these once the chapter rewrites are merged, so
-  that test is an expected failure until then.
+  :mod:`packlab.plots`.
 * **Figures** (every ``plot_*`` function of :mod:`packlab.plots`, drawn with made-up
   values): no text smaller than 10 pt (titles, tick labels, bar labels, legends and
   captions included), every colour from the palette or a neutral grey, lines with
@@ -48,7 +47,6 @@ def test_admonitions_are_counted_as_the_conventions_write_them():
     assert (admonitions(text, "Objectives"), admonitions(text, "Predict"), admonitions(text, "Key points")) == (1, 2, 0)
 
 
-@pytest.mark.xfail(strict=False, reason="chapters get their furniture after issues 21-23 merge")
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_every_chapter_has_objectives_key_points_predictions_and_captions(chapter):
     text = chapter.read_text()

@@ -384,8 +384,10 @@ def format_formats(results: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
-    """Read rates of every layout, random and sequential, one panel per condition: median bars, whiskers lowest to highest."""
+def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS, caption: str | None = None):
+    """Read rates of every layout, random and sequential, one panel per condition: median bars, whiskers lowest to highest.
+
+    ``caption`` is drawn under the figure (:func:`packlab.plots.add_caption`)."""
     import matplotlib.pyplot as plt
 
     from packlab.plots import PALETTE
@@ -417,4 +419,8 @@ def plot_formats(results: dict, conditions: Sequence[str] = CONDITIONS):
     fig.suptitle(f"Reading {results['samples']:,} samples, one process, no decode: median of {results['runs']} "
                  "rounds, whiskers lowest to highest", fontsize=10)
     fig.tight_layout()
+    if caption:
+        from packlab.plots import add_caption
+
+        add_caption(fig, caption)
     return fig
