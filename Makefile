@@ -132,11 +132,12 @@ book-instructor: setup-dev data
 	  --path-output $(INSTRUCTOR)
 	@echo "open $(INSTRUCTOR)/_build/html/index.html"
 
-# Four phases (packlab/course/testrun.py): the unit tests that only wait, several at a time;
-# those marked `serial` (they time something), alone; every chapter and solution notebook
-# under nbval, one at a time and alone, each stored in the book's execution cache
-# (packlab/course/pytest_book_cache.py) so the book never executes it again; then the
-# browser tests, which build the book from that cache. Prints the wall time of each phase.
+# Four phases (packlab/course/testrun.py): the tests marked `serial` (they time something),
+# with nothing else running; every chapter and solution notebook under nbval, one at a time
+# and alone, each stored in the book's execution cache (packlab/course/pytest_book_cache.py)
+# so the book never executes it again; then the other unit tests, several at a time, with
+# the browser tests (which build the book from that cache) beside them. Prints the wall
+# time of each phase.
 # TEST_JOBS=N: parallel unit-test processes (default: two per core).
 TEST_JOBS ?=
 test: setup-dev data
