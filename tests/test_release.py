@@ -214,7 +214,6 @@ def test_the_solutions_and_exercises_are_committed_as_jupytext_saves_them():
     assert release.header_drift(ROOT, files) == [], "run `make headers`"
 
 
-@pytest.mark.xfail(strict=False, reason="chapters get their headers (make headers) after issues 21-23 merge")
 def test_the_chapters_are_committed_as_jupytext_saves_them():
     assert release.header_drift(ROOT, sorted(ROOT.glob("chapters/[0-9]*.md"))) == [], "run `make headers`"
 
