@@ -53,13 +53,18 @@ def test_the_file_system_strategy_does_not_help_a_small_dev_shm(namespaces):
     assert not result["ok"] and "shared memory" in result["error"], result
 
 
+def _in_a_small_dev_shm(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python that sees a private 64 MB /dev/shm."""
+    return subprocess.run(limits.small_shm_command([sys.executable, "-c", code]), capture_output=True, text=True,
+                          timeout=300)
+
+
 def test_the_check_before_the_workers_start_names_the_numbers_and_the_fixes(namespaces):
     code = ("from packlab import limits\n"
             "try:\n    limits.check_shared_memory(limits.batch_nbytes(64), workers=2)\n"
             "except limits.SharedMemoryError as exc:\n    print('REFUSED', exc)\n"
             "limits.check_shared_memory(limits.batch_nbytes(8), workers=2)\nprint('BATCH 8 FITS')\n")
-    done = subprocess.run(limits.small_shm_command([sys.executable, "-c", code]), capture_output=True, text=True,
-                          timeout=300)
+    done = _in_a_small_dev_shm(code)
     assert done.returncode == 0, done.stderr
     assert "REFUSED /dev/shm has 67 MB free (of 67 MB)" in done.stdout, done.stdout
     assert "--shm-size" in done.stdout and "prefetch_factor" in done.stdout and "BATCH 8 FITS" in done.stdout
@@ -70,8 +75,7 @@ def test_the_recycling_pool_says_when_dev_shm_is_full(namespaces):
             "pool = BatchBufferPool((64, 3, 256, 256), shared=True)\n"
             "try:\n    [pool.acquire() for _ in range(3)]\n"
             "except limits.SharedMemoryError as exc:\n    print('EXPLAINED', exc)\n")
-    done = subprocess.run(limits.small_shm_command([sys.executable, "-c", code]), capture_output=True, text=True,
-                          timeout=300)
+    done = _in_a_small_dev_shm(code)
     assert "EXPLAINED /dev/shm is full" in done.stdout and "--shm-size" in done.stdout, done.stdout + done.stderr
 
 
