@@ -31,7 +31,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
-from torchvision.transforms import v2
+
+
+def _torchvision_v2():
+    """torchvision's ``transforms.v2``, imported on first use.
+
+    Importing torchvision costs seconds of CPU (the whole package, models included), and a
+    ``spawn`` worker pays it again. Only the ``"torch global"`` source needs it, so the
+    module does not import it at the top: :class:`AugmentationDraws` imports it in the
+    training process, where forked workers inherit it.
+    """
+    from torchvision.transforms import v2
+
+    return v2
+
 
 #: Image size the crops are drawn for (the parameters depend only on it), and torchvision's defaults.
 IMAGE_SHAPE = (3, 375, 500)
@@ -46,7 +59,7 @@ def crop_with_torch(generator: torch.Generator | None = None) -> tuple[int, ...]
     ``torch.randint``), then the flip's ``torch.rand(1) < 0.5``.
     """
     if generator is None:
-        crop = v2.RandomResizedCrop(224, scale=SCALE, ratio=RATIO)
+        crop = _torchvision_v2().RandomResizedCrop(224, scale=SCALE, ratio=RATIO)
         params = crop.make_params([torch.empty(IMAGE_SHAPE)])
         top, left, height, width = params["top"], params["left"], params["height"], params["width"]
         return int(top), int(left), int(height), int(width), int(torch.rand(1) < 0.5)
@@ -91,6 +104,8 @@ class AugmentationDraws(Dataset):
             raise ValueError(f"source must be one of {self.SOURCES}")
         self.count, self.source, self.seed, self.epoch = count, source, seed, epoch
         self.rng = np.random.default_rng(seed)  # copied into every worker as it is here
+        if source == "torch global":
+            _torchvision_v2()  # here, once, not in every forked worker
 
     def __len__(self) -> int:
         return self.count

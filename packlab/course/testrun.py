@@ -77,7 +77,9 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[
     """The pytest command line of each phase."""
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     return {
-        "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load"],
+        "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load",
+                 # Two tests at a time per process, the longest first (tests/conftest.py).
+                 "--maxschedchunk", "2"],
         # Two at a time on two cores or more, each with a core of its own: these tests time fakes that
         # mostly sleep, and go wrong only when a crowd of other tests delays them.
         "serial": [*pytest, "tests", "-m", "serial and not needs_book", "-n", str(SERIAL_JOBS)],

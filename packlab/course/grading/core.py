@@ -306,15 +306,32 @@ def _nested(code: types.CodeType):
             yield from _nested(const)
 
 
+def _ast_parse(source: str, filename: str) -> ast.Module:
+    """``ast.parse``, tried again when CPython 3.11 reports a spurious recursion-depth mismatch.
+
+    CPython 3.11's AST constructor keeps its recursion depth in state shared by the threads
+    of a process, and now and then, with other threads running, raises ``SystemError: AST
+    constructor recursion depth mismatch`` on valid source (python/cpython#106905). The
+    same parse a moment later succeeds; a real error is raised again by the last attempt.
+    """
+    for attempt in range(3):
+        try:
+            return ast.parse(source, filename)
+        except SystemError as exc:
+            if "recursion depth mismatch" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _parse_cell(source: str, filename: str) -> tuple[ast.Module, list[str]]:
     """A cell's syntax tree and the lines it was parsed from (IPython's %magics made into Python)."""
     try:
-        return ast.parse(source, filename), source.splitlines()
+        return _ast_parse(source, filename), source.splitlines()
     except SyntaxError:
         from IPython.core.inputtransformer2 import TransformerManager
 
         python = TransformerManager().transform_cell(source)
-        return ast.parse(python, filename), python.splitlines()
+        return _ast_parse(python, filename), python.splitlines()
 
 
 def _defines(source: str, name: str) -> bool:
