@@ -8,9 +8,11 @@ importing it: ``from browser_support import chromium``.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -49,11 +51,19 @@ def chromium() -> str:
         return found
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         unavailable("Chromium is not installed and cannot be installed here (needs Debian's apt-get as root)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            unavailable(f"installing Chromium failed: {' '.join(cmd)}: {done.stderr.strip()[-500:]}")
+    # make test runs the browser test files in two processes at once: the first to get here
+    # installs, the other waits for it and then finds Chromium (two apt-gets at once fail
+    # on apt's own lock).
+    with open(os.path.join(tempfile.gettempdir(), "packlab-chromium-install.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = find_chromium()
+        if found:
+            return found
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                unavailable(f"installing Chromium failed: {' '.join(cmd)}: {done.stderr.strip()[-500:]}")
     found = find_chromium()
     if not found:
         unavailable("apt-get installed chromium but no chromium executable is on PATH")

@@ -196,6 +196,27 @@ def _job_state(job_id: str, env: dict) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
 
 
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+def _still_ended(job_id: str, env: dict, state: dict[str, str], requeues: bool) -> bool:
+    """Whether an end state seen once is the job's last: for a job that requeues itself, seen again 10 s later.
+
+    A run that calls ``scontrol requeue`` on its own job is ended by Slurm before the job is
+    queued again, and ``scontrol show job`` can show that run's end (``FAILED``, exit 1, once
+    in a crowded test run) before it shows the job ``PENDING``.
+    """
+    if not requeues:
+        return True
+    for _ in range(5):
+        time.sleep(2)
+        again = _job_state(job_id, env)
+        if again.get("JobState") not in ENDED:
+            return False
+        state.update(again)
+    return True
+
+
 def _run_job(command: list[str], env: dict, output: Path, timeout: float,
              release_requeued: bool = False) -> tuple[str, dict[str, str], str, float]:
     """Submit with ``sbatch``, wait (bounded) for the job to end; ``(job id, final state, output, seconds)``.
@@ -215,7 +236,7 @@ def _run_job(command: list[str], env: dict, output: Path, timeout: float,
     state: dict[str, str] = {}
     while time.monotonic() - start < timeout:
         state = _job_state(job_id, env)
-        if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+        if state.get("JobState") in ENDED and _still_ended(job_id, env, state, release_requeued):
             break
         if release_requeued and state.get("JobState") == "PENDING" and state.get("Reason") == "BeginTime":
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
