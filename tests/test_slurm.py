@@ -199,22 +199,19 @@ def _job_state(job_id: str, env: dict) -> dict[str, str]:
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
-def _still_ended(job_id: str, env: dict, state: dict[str, str], requeues: bool) -> bool:
-    """Whether an end state seen once is the job's last: for a job that requeues itself, seen again 10 s later.
+def _confirmed_end(job_id: str, env: dict) -> dict[str, str] | None:
+    """The state of a job that requeues itself 10 s after an end state was seen, or None if it left it.
 
     A run that calls ``scontrol requeue`` on its own job is ended by Slurm before the job is
     queued again, and ``scontrol show job`` can show that run's end (``FAILED``, exit 1, once
     in a crowded test run) before it shows the job ``PENDING``.
     """
-    if not requeues:
-        return True
     for _ in range(5):
         time.sleep(2)
-        again = _job_state(job_id, env)
-        if again.get("JobState") not in ENDED:
-            return False
-        state.update(again)
-    return True
+        state = _job_state(job_id, env)
+        if state.get("JobState") not in ENDED:
+            return None
+    return state
 
 
 def _run_job(command: list[str], env: dict, output: Path, timeout: float,
@@ -236,8 +233,13 @@ def _run_job(command: list[str], env: dict, output: Path, timeout: float,
     state: dict[str, str] = {}
     while time.monotonic() - start < timeout:
         state = _job_state(job_id, env)
-        if state.get("JobState") in ENDED and _still_ended(job_id, env, state, release_requeued):
-            break
+        if state.get("JobState") in ENDED:
+            if not release_requeued:
+                break
+            confirmed = _confirmed_end(job_id, env)
+            if confirmed is not None:
+                state = confirmed
+                break
         if release_requeued and state.get("JobState") == "PENDING" and state.get("Reason") == "BeginTime":
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
                            capture_output=True, timeout=30)
