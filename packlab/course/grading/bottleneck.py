@@ -278,9 +278,15 @@ def _together(ctx: Context) -> str:
             "arrives (not computed from the two alone)"
         )
     serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
-    _near(result["together"].median, serial, "the loader feeding the consumer (in one process their times add up)",
-          0.6, 1.15)
-    return f"together: {result['together'].median:.0f} images/s (one process, expected about {serial:.0f})"
+    # Judged against the candidate's own loader-alone figure: a way of counting that moves both alike
+    # (the first batch's images counted in, say) is the 'startup' part's to name, not this one's. With
+    # 6 batches an epoch it lifts both by 6/5, which would put 'together' right at this part's edge.
+    expected = result["loader"].median * serial / loader.rate
+    _near(result["together"].median, expected,
+          f"the loader feeding the consumer (in one process their times add up; your loader alone ran at "
+          f"{result['loader'].median:.0f})", 0.6, 1.15)
+    return (f"together: {result['together'].median:.0f} images/s, {result['together'].median / result['loader'].median:.2f}"
+            f" of your loader alone (one process, expected about {serial / loader.rate:.2f})")
 
 
 def _startup(ctx: Context) -> str:
