@@ -203,8 +203,7 @@ def _confirmed_end(job_id: str, env: dict) -> dict[str, str] | None:
     """The state of a job that requeues itself 10 s after an end state was seen, or None if it left it.
 
     A run that calls ``scontrol requeue`` on its own job is ended by Slurm before the job is
-    queued again, and ``scontrol show job`` can show that run's end (``FAILED``, exit 1, once
-    in a crowded test run) before it shows the job ``PENDING``.
+    queued again, so an end state seen at that moment may belong to the run, not the job.
     """
     for _ in range(5):
         time.sleep(2)
@@ -221,8 +220,8 @@ def _run_job(command: list[str], env: dict, output: Path, timeout: float,
     Asserts that the job COMPLETED with exit code 0, showing the end of its output otherwise.
     ``release_requeued``: Slurm makes a requeued job eligible again only about two minutes
     after the requeue (measured here: ``EligibleTime`` 121 s after it, ``Reason=BeginTime``
-    meanwhile); the test then moves its start time to now, as an administrator can, so that
-    each requeue costs seconds rather than minutes. What is tested (the signal, the
+    meanwhile); the test then moves its start time to now, as an administrator can, once the
+    job has been held ``REQUEUE_SETTLE`` s, so that each requeue costs seconds rather than minutes. What is tested (the signal, the
     checkpoint, the requeue, the resumed run) is unchanged.
     """
     start = time.monotonic()
@@ -231,6 +230,7 @@ def _run_job(command: list[str], env: dict, output: Path, timeout: float,
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
     state: dict[str, str] = {}
+    held_since = None
     while time.monotonic() - start < timeout:
         state = _job_state(job_id, env)
         if state.get("JobState") in ENDED:
@@ -240,7 +240,11 @@ def _run_job(command: list[str], env: dict, output: Path, timeout: float,
             if confirmed is not None:
                 state = confirmed
                 break
-        if release_requeued and state.get("JobState") == "PENDING" and state.get("Reason") == "BeginTime":
+        held = release_requeued and state.get("JobState") == "PENDING" and state.get("Reason") == "BeginTime"
+        held_since = (held_since or time.monotonic()) if held else None
+        # Released at once, the job was allocated 0.1 s after its requeue and killed: the node still held
+        # the revoked credential of the run that had just ended ("Job credential revoked", exit 1).
+        if held and time.monotonic() - held_since >= REQUEUE_SETTLE:
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
                            capture_output=True, timeout=30)
         time.sleep(2)
@@ -274,6 +278,7 @@ def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(clu
 
 RESUMABLE = paths.repo_root() / "scripts" / "slurm" / "resumable.sbatch"
 REQUEUE_TIMEOUT = 900  # seconds for the whole requeued job: several runs, each starting torch and its workers
+REQUEUE_SETTLE = 10  # seconds a requeued job stays held before the test releases it (see _run_job)
 
 
 def test_a_job_checkpoints_on_its_warning_signal_requeues_itself_and_finishes_the_epoch(cluster, tmp_path):
