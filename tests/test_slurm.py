@@ -221,8 +221,8 @@ def _run_job(command: list[str], env: dict, output: Path, timeout: float,
     ``release_requeued``: Slurm makes a requeued job eligible again only about two minutes
     after the requeue (measured here: ``EligibleTime`` 121 s after it, ``Reason=BeginTime``
     meanwhile); the test then moves its start time to now, as an administrator can, once the
-    job has been held ``REQUEUE_SETTLE`` s, so that each requeue costs seconds rather than minutes. What is tested (the signal, the
-    checkpoint, the requeue, the resumed run) is unchanged.
+    job has been held ``REQUEUE_SETTLE`` s, so that each requeue costs seconds rather than
+    minutes. What is tested (the signal, the checkpoint, the requeue, the resumed run) is unchanged.
     """
     start = time.monotonic()
     submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", *command], env=env,

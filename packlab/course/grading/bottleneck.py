@@ -285,8 +285,9 @@ def _together(ctx: Context) -> str:
     _near(result["together"].median, expected,
           f"the loader feeding the consumer (in one process their times add up; your loader alone ran at "
           f"{result['loader'].median:.0f})", 0.6, 1.15)
-    return (f"together: {result['together'].median:.0f} images/s, {result['together'].median / result['loader'].median:.2f}"
-            f" of your loader alone (one process, expected about {serial / loader.rate:.2f})")
+    together, alone = result["together"].median, result["loader"].median
+    return (f"together: {together:.0f} images/s, {together / alone:.2f} of your loader alone "
+            f"(one process, expected about {serial / loader.rate:.2f})")
 
 
 def _startup(ctx: Context) -> str:
