@@ -208,7 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopRequest()  # first: a signal that arrives while torch is being imported still writes a checkpoint
     args = parser.parse_args(argv)
     args.stop_request = stop
-    return run(args)
+    status = run(args)
+    # The work is saved: a late signal changes nothing now. Ignored rather than handled, because Python
+    # puts the default action (death) back for signals with Python handlers as the interpreter shuts down.
+    for number in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(number, signal.SIG_IGN)
+    return status
 
 
 if __name__ == "__main__":
