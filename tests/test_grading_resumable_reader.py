@@ -5,7 +5,8 @@ reader: it counts its position in chunks (a batch of its own) rather than sample
 it saves how far it read the shards but forgets the samples in its shuffle buffer; it
 saves enough for exactly once but not the buffer generator's state, so the resumed order
 is another; it keeps one count for the whole loader (a counter in shared memory, the way
-the course shares the epoch), not one per worker. A correct reader written differently
+the course shares the epoch), not one per worker; before it has read anything it says
+"nothing delivered" although it was loaded with a state. A correct reader written differently
 from the solution (it saves where each buffered sample came from and the generator's
 state, instead of replaying) passes every part. The solution and the untouched stub are
 checked by tests/test_exercises.py (full marks, and zero).
@@ -23,7 +24,7 @@ from packlab.course.grading import check
 from packlab.loaders.tar import iter_shard_samples
 from packlab.transforms import standard_transform
 
-PARTS = {"sample_granularity", "buffer", "same_order", "killed_fork", "killed_spawn"}
+PARTS = {"sample_granularity", "buffer", "same_order", "one_batch_per_run", "killed_fork", "killed_spawn"}
 
 
 def failed_parts(candidate) -> set[str]:
@@ -68,7 +69,9 @@ class _Base(IterableDataset):
         yield from buffer
 
     def state_dict(self):
-        return dict(self.position) if self.position else {"delivered": 0}
+        if self.position:
+            return dict(self.position)
+        return dict(self.saved) if self.saved else {"delivered": 0}
 
     def load_state_dict(self, state):
         self.saved = dict(state)
@@ -197,11 +200,30 @@ class SharedCountReader(_Base):
             yield self.item(sample)
 
 
+class LoadedStateForgettingReader(_Base):
+    """Correct while it reads; but before it has read, it says 'nothing delivered' even when it was loaded with a state."""
+
+    def state_dict(self):
+        return dict(self.position) if self.position else {"delivered": 0}
+
+    def __iter__(self):
+        worker, workers = self.place()
+        skip = (self.saved or {}).get("delivered", 0)
+        self.saved = None
+        self.position = {"delivered": skip}
+        for count, sample in enumerate(self.stream(worker, workers), start=1):
+            if count <= skip:
+                continue
+            self.position["delivered"] = count
+            yield self.item(sample)
+
+
 WRONG = {
     "counts in chunks of 8": (ChunkCountingReader, {"sample_granularity"}),
     "loses the buffer": (BufferLosingReader, {"buffer", "same_order"}),
     "reseeds on resume": (ReseededReader, {"same_order"}),
-    "one count for all workers": (SharedCountReader, {"killed_fork", "killed_spawn"}),
+    "one count for all workers": (SharedCountReader, {"one_batch_per_run", "killed_fork", "killed_spawn"}),
+    "forgets a loaded state until it reads": (LoadedStateForgettingReader, {"one_batch_per_run"}),
 }
 
 

@@ -95,6 +95,38 @@ def test_stateful_dataloader_resumes_in_the_uninterrupted_order(shards, workers,
     assert first + _keys(again) == whole
 
 
+@pytest.mark.parametrize("worker_counts", [(2,), (2, 3, 1)], ids=["same-workers", "workers-change"])
+def test_runs_stopped_after_one_batch_each_still_go_through_the_epoch_once(shards, worker_counts):
+    """Every run delivers one batch, then is checkpointed and resumed by a new loader.
+
+    torchdata asks a resumed worker for its state before its first sample and keeps that
+    answer until the worker delivers a batch; the worker that delivered nothing in a run must
+    be saved where it was loaded, not at the epoch's start. (A Slurm job whose warning
+    signal came during start-up, run after run, trained 72 samples twice and 24 three times.)
+    """
+    options = dict(batch_size=BATCH, multiprocessing_context="fork")
+    whole = _keys(StatefulDataLoader(_dataset(shards), num_workers=2, **options))
+    keys, state, saved_workers = [], None, None
+    for run in range(2 * len(whole) // BATCH):  # one batch per run: 15 runs; twice that means no progress
+        workers = worker_counts[run % len(worker_counts)]
+        dataset = _dataset(shards)
+        loader = StatefulDataLoader(dataset, num_workers=workers, **options)
+        if state is not None and workers == saved_workers:
+            loader.load_state_dict(state)
+        elif state is not None:
+            dataset.load_state_dict(resume.epoch_state(state))
+        got = _keys(loader, stop_after=1)
+        if not got:
+            break
+        keys += got
+        state, saved_workers = loader.state_dict(), workers
+        del loader
+    counts = Counter(keys)
+    assert len(counts) == len(whole) and set(counts.values()) == {1}, f"{run + 1} runs: {Counter(counts.values())}"
+    if worker_counts == (2,):
+        assert keys == whole  # and in the uninterrupted order
+
+
 def test_the_main_process_dataset_knows_nothing_of_what_workers_read(shards):
     dataset = _dataset(shards)
     loader = StatefulDataLoader(dataset, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")

@@ -774,24 +774,30 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
     def _open_stream(self, epoch: int, worker_id: int, num_workers: int, resumed: dict | None) -> ShardStream:
         """This reader's :class:`~packlab.resume.ShardStream`: fresh, or where a saved state left off."""
         self._reader_pid = os.getpid()  # a forked worker inherits these attributes: they are not its own
-        self._reader = {"epoch": epoch, "seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                        "worker_id": worker_id, "num_workers": num_workers}
+        self._reader, stream = self._reader_start(epoch, worker_id, num_workers, resumed)
+        return stream
+
+    def _reader_start(self, epoch: int, worker_id: int, num_workers: int,
+                      resumed: dict | None) -> tuple[dict, ShardStream]:
+        """Who this reader is (a dict for its state) and the stream it starts from; changes nothing."""
+        reader = {"epoch": epoch, "seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                  "worker_id": worker_id, "num_workers": num_workers}
         if resumed is not None and resumed.get("kind") == "reader":
-            self._reader["share"] = resumed["share"]
+            reader["share"] = resumed["share"]
             if resumed["stream"] is not None:
-                return ShardStream.restore(resumed["stream"], self._shard_samples)
+                return reader, ShardStream.restore(resumed["stream"], self._shard_samples)
             pieces = [Piece(s) for s in resumed["share"]]
         elif resumed is not None:  # an epoch state from another layout: split what is left between our readers
-            reader = self.rank * num_workers + worker_id
-            pieces = epoch_pieces_left(resumed)[reader :: self.world_size * num_workers]
-            self._reader["share"] = sorted({p.shard for p in pieces})
+            index = self.rank * num_workers + worker_id
+            pieces = epoch_pieces_left(resumed)[index :: self.world_size * num_workers]
+            reader["share"] = sorted({p.shard for p in pieces})
             rng = random.Random(f"resumed-{self.seed}-{epoch}-{self.rank}-{worker_id}")
-            return ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
+            return reader, ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
         else:
-            self._reader["share"] = self.shards_for(worker_id, num_workers, epoch)
-            pieces = [Piece(s) for s in self._reader["share"]]
+            reader["share"] = self.shards_for(worker_id, num_workers, epoch)
+            pieces = [Piece(s) for s in reader["share"]]
         rng = random.Random(f"buffer-{self.seed}-{epoch}-{self.rank}-{worker_id}")
-        return ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
+        return reader, ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
 
     def state_dict(self) -> dict:
         """Where this process's reader stands in the epoch, at sample granularity (plain lists and numbers).
@@ -807,12 +813,19 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         mine = getattr(self, "_reader_pid", None) == os.getpid()
         stream = getattr(self, "_stream", None) if mine else None
         reader = getattr(self, "_reader", None) if mine else None
-        if reader is None:  # nothing read yet in this process
+        if reader is None:  # nothing read yet in this process: it stands where its next pass will start
             info = get_worker_info()
             worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-            reader = {"epoch": self.epoch, "seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                      "worker_id": worker_id, "num_workers": num_workers,
-                      "share": self.shards_for(worker_id, num_workers)}
+            # A loaded state not yet read from is where this reader stands: torchdata asks a resumed worker for
+            # its state before its first sample and keeps the answer until the worker sends a batch. (Answering
+            # "the epoch's start" made a worker that sent nothing before the next checkpoint read its share
+            # again.) Another reader's state is returned as it is; reading refuses it, with the reason.
+            resumed = self._saved_state_for(self.epoch, worker_id, num_workers, check=False)
+            if resumed is not None and resumed["kind"] == "reader":
+                return dict(resumed)
+            reader, stream = self._reader_start(self.epoch, worker_id, num_workers, resumed)
+            if resumed is None:
+                stream = None  # a fresh start: no stream to describe
         return {"version": STATE_VERSION, "kind": "reader", **reader,
                 "stream": None if stream is None else stream.state()}
 
@@ -834,6 +847,18 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
 
     def _take_saved_state(self, epoch: int, worker_id: int, num_workers: int) -> dict | None:
         """The state this pass resumes from (None: start the epoch afresh); a reader state is used once."""
+        state = self._saved_state_for(epoch, worker_id, num_workers)
+        if state is not None and state["kind"] == "reader":
+            self._saved_state = None  # used once: the next pass of this process starts its epoch afresh
+        return state
+
+    def _saved_state_for(self, epoch: int, worker_id: int, num_workers: int, check: bool = True) -> dict | None:
+        """The loaded state reader ``worker_id`` of ``num_workers`` would resume from now; changes nothing.
+
+        A reader's own state, or a whole epoch's state when the layout differs from the one it
+        was saved with (the reader then takes its part of what is left); None: the epoch afresh.
+        A reader state of another reader raises :class:`ResumeError`, unless ``check`` is False.
+        """
         state = getattr(self, "_saved_state", None)
         if state is None or state["epoch"] != epoch:
             return None
@@ -843,7 +868,7 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
             if not same_layout:
                 return state
             state = next(r for r in readers if r["rank"] == self.rank and r["worker_id"] == worker_id)
-        elif (state["worker_id"], state["num_workers"], state["rank"], state["world_size"]) != (
+        elif check and (state["worker_id"], state["num_workers"], state["rank"], state["world_size"]) != (
                 worker_id, num_workers, self.rank, self.world_size):
             raise ResumeError(
                 f"this state belongs to worker {state['worker_id']} of {state['num_workers']} on rank "
@@ -851,7 +876,6 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
                 f"{self.rank} of {self.world_size}: to resume with another layout, load "
                 "packlab.resume.epoch_state(saved loader states) into the dataset"
             )
-        self._saved_state = None  # used once: the next pass of this process starts its epoch afresh
         return state
 
     def __getstate__(self) -> dict:

@@ -8,7 +8,9 @@ worker) after every batch and hands each reader its own state back on resume. A 
 stops an epoch after some batches, takes ``loader.state_dict()``, and reads the rest with
 a new dataset and a new loader that loaded it; the two parts of the epoch together must
 hold every sample exactly once (SHA-256 of the JPEG bytes against the manifest), and in
-the order of an uninterrupted epoch. The last two parts do it across a real kill: the
+the order of an uninterrupted epoch. One part chains runs of one batch each with two
+workers, so that in every run one worker delivers nothing and is saved with the answer its
+``state_dict()`` gave right after ``load_state_dict()``. The last two parts cross a real kill: the
 epoch runs in a child process (and its DataLoader workers, ``fork`` or ``spawn``), which
 saves ``loader.state_dict()`` with ``torch.save`` after every batch and is killed with
 SIGKILL, process group and all; the rest is read from the saved file.
@@ -162,6 +164,37 @@ def _same_order(ctx: Context) -> str:
     return "stopped and resumed, the epoch comes in the uninterrupted order"
 
 
+def _one_batch_per_run(ctx: Context) -> str:
+    """Runs of one batch each with 2 fork workers: each loads the last run's state, reads a batch and saves."""
+    batches = -(-len(ctx.fixtures["samples"]) // BATCH)
+    keys: list[str] = []
+    state = None
+    for run in range(1, 2 * batches + 1):
+        loader = _loader(ctx, _dataset(ctx), workers=2, method="fork")
+        if state is not None:
+            try:
+                loader.load_state_dict(state)
+            except Exception as exc:
+                raise PartFailed(f"run {run}: loader.load_state_dict(saved) raised {describe(exc)}") from exc
+        batch = _read(ctx, loader, stop_after=1, what=f"run {run}")
+        if not batch:
+            break
+        state = _state(ctx, loader)
+        del loader
+        again = sorted(set(keys) & set(batch))
+        if again:
+            raise PartFailed(
+                f"run {run} delivered {len(again)} samples an earlier run had (e.g. {again[0]}). In each run one "
+                "worker delivers a batch and the other nothing; torchdata asked that other worker for its "
+                "state_dict() right after load_state_dict(), before it read, and saved the answer: before reading, "
+                "return the state you were loaded with, not 'nothing delivered'")
+        keys += batch
+    else:
+        raise PartFailed(f"{2 * batches} runs of one batch each did not reach the end of the epoch")
+    _exactly_once(ctx, keys, [], f"{run - 1} runs of one batch each")
+    return f"{run - 1} runs of one batch each, 2 fork workers: {len(keys)} samples, each once"
+
+
 # ------------------------------------------------------------------------ killed for real
 
 
@@ -249,6 +282,9 @@ register(
         ("same_order", "shuffle_buffer=20, stopped and resumed: the order of an uninterrupted epoch",
          "seed the buffer's generator from seed and worker id and replay it, or save its state (rng.getstate())",
          _same_order),
+        ("one_batch_per_run", "2 fork workers, every run stopped after one batch and resumed from its state: "
+         "the worker that delivered nothing keeps its loaded position", "before a resumed reader has read "
+         "anything, state_dict() returns the state load_state_dict() gave it", _one_batch_per_run),
         ("killed_fork", "2 fork workers, SIGKILL after 3 batches, resumed from the saved file: each worker's own "
          "position, every sample once", "state_dict() runs in each worker: keep the position on the dataset object "
          "the worker iterates (self), per worker, not in a counter shared by all", functools.partial(_killed, method="fork")),
