@@ -150,6 +150,7 @@ NUDGES: dict[str, dict[str, str]] = {
         "sample_granularity": "chapter 12: where does a reader stand after the last sample it handed out?",
         "buffer": "a sample that was read into the shuffle buffer is not yet delivered",
         "same_order": "resuming must continue the very epoch that was interrupted, random choices included",
+        "one_batch_per_run": "chapter 12: a resumed worker that has sent no batch yet, where is it saved?",
         "killed_fork": "each worker reads its own shards: whose position is saved, and where does it live?",
         "killed_spawn": "what is saved must survive being written to a file and read back in a new process",
     },
