@@ -116,6 +116,20 @@ def test_no_book_only_roles_in_notebooks():
     assert not offenders, f"these pages use {{glue}} roles, which JupyterLab shows raw: {offenders}"
 
 
+def test_every_eval_role_is_parsed_as_a_role():
+    """An ``{eval}`` role inside backticks is a code span: the page shows "{eval}" and the bare name."""
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.myst_role import myst_role_plugin
+
+    parser = MarkdownIt("commonmark").use(myst_role_plugin)
+    swallowed = []
+    for page in NOTEBOOKS:
+        for token in parser.parse(CELL.sub("", page.read_text())):
+            swallowed += [f"{page.relative_to(ROOT)}: {(token.content.splitlines() or [''])[0][:80]}"
+                          for child in token.children or [] if "{eval}" in child.content and child.type != "myst_role"]
+    assert not swallowed, "these {eval} roles are not parsed as roles (inside a code span?):\n" + "\n".join(swallowed)
+
+
 def test_chapters_cite_measured_numbers():
     """A chapter that measures something says so in its sentences (guards against a rewrite dropping them)."""
     chapters = sorted((ROOT / "chapters").glob("[0-9]*.md"))
