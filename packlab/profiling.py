@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -162,13 +163,35 @@ def start_training_job(seconds: float, keys: int = 512, workers: int = 2) -> sub
     return job
 
 
+#: A terminal colour or cursor sequence (``ESC [ ... letter``).
+_ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _uncoloured_environment() -> dict[str, str]:
+    """This process's environment with terminal colours switched off.
+
+    py-spy colours its output when ``CLICOLOR_FORCE`` is set, even into a pipe; some
+    CI services set it. Escape codes in a notebook's output make the book's ANSI
+    highlighter fail where a slice cuts one in half.
+    """
+    environment = {name: value for name, value in os.environ.items() if name not in ("CLICOLOR_FORCE", "FORCE_COLOR")}
+    environment["CLICOLOR"] = "0"
+    environment["NO_COLOR"] = "1"
+    return environment
+
+
+def plain_text(text: str) -> str:
+    """``text`` without terminal colour sequences, and without a lone escape character left over."""
+    return _ANSI_SEQUENCE.sub("", text).replace("\x1b", "")
+
+
 def pyspy_dump(pid: int) -> str:
-    """``py-spy dump --pid PID --subprocesses``: every thread's Python stack in the process tree, once."""
+    """``py-spy dump --pid PID --subprocesses``: every thread's Python stack in the process tree, once, as plain text."""
     run = subprocess.run([pyspy_executable(), "dump", "--pid", str(pid), "--subprocesses"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=_uncoloured_environment())
     if run.returncode:
-        raise RuntimeError(f"py-spy dump failed ({ptrace_permission()}): {run.stderr.strip()}")
-    return run.stdout
+        raise RuntimeError(f"py-spy dump failed ({ptrace_permission()}): {plain_text(run.stderr).strip()}")
+    return plain_text(run.stdout)
 
 
 def pyspy_record(pid: int, seconds: float = 3.0, rate: int = 100) -> list[tuple[list[str], int]]:
@@ -183,10 +206,10 @@ def pyspy_record(pid: int, seconds: float = 3.0, rate: int = 100) -> list[tuple[
         run = subprocess.run(
             [pyspy_executable(), "record", "--pid", str(pid), "--subprocesses", "--duration", str(int(seconds)),
              "--rate", str(rate), "--format", "raw", "--output", str(target), "--nonblocking"],
-            capture_output=True, text=True, timeout=seconds + 120,
+            capture_output=True, text=True, timeout=seconds + 120, env=_uncoloured_environment(),
         )
         if run.returncode or not target.exists():
-            raise RuntimeError(f"py-spy record failed ({ptrace_permission()}): {run.stderr.strip()}")
+            raise RuntimeError(f"py-spy record failed ({ptrace_permission()}): {plain_text(run.stderr).strip()}")
         stacks = []
         for line in target.read_text().splitlines():
             stack, _, count = line.rpartition(" ")

@@ -8,6 +8,9 @@ pixels where exactness is claimed, clear errors naming the file) and fails clean
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -175,6 +178,25 @@ def test_pyspy_stacks_are_split_into_main_process_and_workers():
 def test_ptrace_permission_and_pyspy_are_there():
     assert profiling.ptrace_permission().startswith(("allowed", "probably not allowed"))
     assert profiling.pyspy_executable().endswith("py-spy")
+
+
+def test_pyspy_dump_is_plain_text_even_where_colours_are_forced(monkeypatch):
+    # CI services may set CLICOLOR_FORCE; py-spy then colours into a pipe, and chapter 11's
+    # sliced dump broke the book's ANSI highlighter (a lone ESC at the cut).
+    monkeypatch.setenv("CLICOLOR_FORCE", "1")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])
+    try:
+        time.sleep(0.5)
+        dump = profiling.pyspy_dump(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert "sleep" in dump or "<module>" in dump
+    assert "\x1b" not in dump
+
+
+def test_plain_text_removes_colour_sequences_and_a_cut_one():
+    assert profiling.plain_text("\x1b[32mmain\x1b[0m (\x1b[36mx.py\x1b[0m:\x1b[2m3\x1b[0m)\n\x1b") == "main (x.py:3)\n"
 
 
 def test_crossing_seconds_is_positive_for_both_dtypes():
