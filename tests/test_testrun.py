@@ -49,3 +49,19 @@ def test_every_phase_starts_in_the_stage_order(fake_phases):
     started = fake_phases()
     testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[])
     assert started == ["serial", "notebooks", "unit", "browser"]
+
+
+def test_every_chapter_and_solution_is_converted_for_nbval_with_its_cells(tmp_path):
+    import nbformat
+
+    for folder, name in (("chapters", "01_one"), ("solutions", "02_two"), ("chapters", "notes")):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / f"{name}.md").write_text(
+            "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+            "    format_version: 0.13\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n"
+            "---\n\n# Title\n\n```{code-cell} ipython3\nx = 1\n```\n")
+    converted = testrun.convert_notebooks(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in converted] == [
+        "_build/nbtest/chapters/01_one.ipynb", "_build/nbtest/solutions/02_two.ipynb"]
+    cells = nbformat.read(converted[0], as_version=4).cells
+    assert [(c.cell_type, c.source) for c in cells] == [("markdown", "# Title"), ("code", "x = 1")]

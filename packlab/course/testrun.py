@@ -61,21 +61,23 @@ def convert_notebooks(root: Path) -> list[Path]:
     """Write each MyST notebook as ``_build/nbtest/<folder>/<name>.ipynb`` for nbval; return the paths."""
     import shutil
 
+    import jupytext  # in this process: one ``python -m jupytext`` per notebook cost ~5 s each on 2 cores
+
     out = root / NBTEST_DIR
     shutil.rmtree(out, ignore_errors=True)
     converted = []
     for source in notebook_sources(root):
         target = out / source.relative_to(root).with_suffix(".ipynb")
         target.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--to", "ipynb", "--output", str(target),
-                        str(source)], check=True)
+        jupytext.write(jupytext.read(source), target, fmt="ipynb")
         converted.append(target)
     return converted
 
 
 def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[str, list[str]]:
     """The pytest command line of each phase."""
-    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    # The 20 slowest tests or cells of each phase are listed at its end: where the time went.
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=20"]
     return {
         "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load",
                  # Two tests at a time per process, the longest first (tests/conftest.py).
