@@ -101,9 +101,10 @@ def test_small_data_mode_is_named():
 
 def test_disk_needed_counts_only_what_is_still_to_write():
     full = footprint.disk_needed(10_000, have_dataset_bytes=0, have_packed_bytes=0)
-    assert 7e9 < full < 10e9, "the dataset (1.1 GB) and the packed copies (about 7.5 GB) of the full course"
+    # Measured after every chapter and solution had run: 1.07 GB of dataset, 8.36 GB packed.
+    assert 9e9 < full < 10e9, "the dataset (1.1 GB) and the packed copies (about 8.4 GB) of the full course"
     small = footprint.disk_needed(2_000, have_dataset_bytes=0, have_packed_bytes=0)
-    assert small < full / 4
+    assert small < full / 3  # the slices and the checks' files do not shrink with the dataset
     assert footprint.disk_needed(10_000, have_dataset_bytes=int(1.1e9), have_packed_bytes=0) == pytest.approx(full - 1.1e9, rel=0.01)
     assert footprint.disk_needed(10_000, have_dataset_bytes=int(1.1e9), have_packed_bytes=int(20e9)) == 0
 
