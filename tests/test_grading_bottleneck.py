@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from packlab.bench import Spread, chance_of_split, compare, interleaved, torch_threads, verdict
-from packlab.course.grading import bottleneck, list_checks
+from packlab.course.grading import bottleneck, check, list_checks
 
 from grading_support import failed_parts as run_check
 
@@ -367,3 +367,44 @@ def find_bottleneck_with_its_own_test(loader, consume, repeats=6, threads=1):
                                        find_bottleneck_with_its_own_test], ids=lambda f: f.__name__)
 def test_correct_alternatives_pass_every_part(candidate):
     assert failed_parts(candidate) == set()
+
+
+# ------------------------------------------------- noise that blurs a scenario is measured away
+
+
+def first_hiccup_blurred(rule):
+    """A find_bottleneck whose first run of the 'hiccup' scenario came out as a busy machine can make it:
+    the consumer's slow run no longer among the loader's, so whether the ranges overlap agrees with
+    compare there. Every other run is measured (at half the sleeps); in the hiccup scenario the verdict
+    follows ``rule``, elsewhere compare (the close scenario can catch the ranges rule too, by chance)."""
+    hiccups = []  # in the check's child process, where the parts run
+
+    def find_bottleneck(loader, consume, repeats=6, threads=1):
+        hiccup = len(loader.alone_factors) == 6  # the hiccup scenario: six loader speeds
+        result = measure(loader, consume, repeats, threads, rule=rule if hiccup else "compare")
+        if hiccup:
+            hiccups.append(result)
+            if len(hiccups) == 1:
+                loader_rates = Spread.of([4796, 4634, 4071, 4187, 3998, 4688])  # measured so, under load
+                consumer_rates = Spread.of([6713, 6770, 4812, 5881, 6770, 6810])
+                result = {**result, "loader": loader_rates, "consumer": consumer_rates,
+                          "bottleneck": verdict(loader_rates, consumer_rates, "consumer", "loader", "unclear")}
+        return result
+
+    return find_bottleneck
+
+
+@pytest.mark.serial
+def test_a_scenario_blurred_by_noise_is_measured_again(monkeypatch):
+    """On blurred runs the ranges rule agrees with compare; the check measures the scenario again and sees it."""
+    blurred_loader, blurred_consumer = Spread.of([4796, 4634, 4071, 4187, 3998, 4688]), Spread.of([6713, 6770, 4812, 5881, 6770, 6810])
+    assert not blurred_loader.overlaps(blurred_consumer) and compare(blurred_loader, blurred_consumer) == -1
+    assert bottleneck._rules_told_apart(blurred_loader, blurred_consumer) == set()
+
+    monkeypatch.setattr(bottleneck, "TIME_SCALE", 0.5)
+    (wrong,) = check("bottleneck", first_hiccup_blurred("ranges"), parts=["verdict"], quiet=True, record=False).parts
+    # Failed on the fresh measurement (the ranges touch there: 'unclear'), not on the blurred one.
+    assert not wrong.passed and "said 'unclear'" in wrong.message and "4796" not in wrong.message, wrong.message
+
+    (right,) = check("bottleneck", first_hiccup_blurred("compare"), parts=["verdict"], quiet=True, record=False).parts
+    assert right.passed and "measured again" in right.message, right.message

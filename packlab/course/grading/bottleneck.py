@@ -24,7 +24,10 @@ careless measurement falls into:
   steady consumer (medians some 14 % apart, runs split evenly), and a clearly faster
   consumer with one slow run that falls among the loader's (ranges that touch, runs split
   clearly): the verdict must follow ``compare`` on the candidate's own runs, not its
-  medians, its ranges or a ratio alone.
+  medians, its ranges or a ratio alone (:data:`TEMPTING_RULES`). Where noise on a busy
+  machine blurred the difference a scenario was built to show, so that one of those rules
+  happens to agree with ``compare`` on the runs of the scenario built to tell it apart,
+  that scenario is measured again, up to :data:`EXTRA_ATTEMPTS` times.
 
 ``repeats`` is 6 (:data:`packlab.bench.ROUNDS`) in most scenarios and 5 in one, so that
 a candidate that ignores it gives itself away. :data:`TIME_SCALE` shrinks every sleep
@@ -212,9 +215,9 @@ class _Run:
         return self.options["repeats"]
 
 
-def _run(ctx: Context, scenario: str) -> _Run:
-    """Run the candidate once per child on one scenario (parts share the outcome)."""
-    key = ("scenario", scenario)
+def _run(ctx: Context, scenario: str, attempt: int = 0) -> _Run:
+    """Run the candidate on one scenario; parts share the outcome (``attempt`` > 0 measures it afresh)."""
+    key = ("scenario", scenario, attempt)
     if key not in ctx.memo:
         spec = dict(SCENARIOS[scenario])
         consumer_seconds, consumer_factors = spec.pop("consumer"), spec.pop("consumer_factors", ())
@@ -409,19 +412,61 @@ def _why_not(loader, consumer, said: str, expected: str) -> str:
     return ""
 
 
+#: The rules a verdict is tempted to follow instead of :func:`packlab.bench.compare`, each with
+#: the scenario built to tell it apart: (its name, the rule, the scenario).
+TEMPTING_RULES = (
+    ("the medians alone", lambda loader, consumer: "consumer" if loader.median > consumer.median else "loader",
+     "noisy"),
+    ("whether the ranges overlap",
+     lambda loader, consumer: "unclear" if loader.overlaps(consumer)
+     else "consumer" if loader.median > consumer.median else "loader",
+     "hiccup"),
+    ("a 5 % ratio of the medians",
+     lambda loader, consumer: "consumer" if loader.median >= 1.05 * consumer.median
+     else "loader" if consumer.median >= 1.05 * loader.median else "unclear",
+     "noisy"),
+)
+#: Fresh measurements of a scenario, at most, when noise blurred the difference it was built to show.
+EXTRA_ATTEMPTS = 3
+
+
+def _rules_told_apart(loader, consumer) -> set[str]:
+    """The tempting rules that answer differently from ``compare`` on these runs."""
+    expected = verdict(loader, consumer, more="consumer", less="loader", same="unclear")
+    return {name for name, rule, _ in TEMPTING_RULES if rule(loader, consumer) != expected}
+
+
+def _judge_verdict(run: _Run) -> str:
+    """``compare``'s verdict on the candidate's runs; the part fails if the candidate said otherwise."""
+    result = run.result
+    loader, consumer = result["loader"], result["consumer"]
+    expected = verdict(loader, consumer, more="consumer", less="loader", same="unclear")
+    if result["bottleneck"] != expected:
+        raise PartFailed(
+            f"you measured loader {loader}, consumer {consumer} images/s and said {result['bottleneck']!r}; "
+            f"packlab.bench.compare on those runs says {expected!r}.{_why_not(loader, consumer, result['bottleneck'], expected)}"
+        )
+    return expected
+
+
 def _verdict(ctx: Context) -> str:
-    shown = []
-    for scenario in ("close", "noisy", "hiccup", "slow_loader", "consumer_bound"):
-        result = _run(ctx, scenario).result
-        loader, consumer = result["loader"], result["consumer"]
-        expected = verdict(loader, consumer, more="consumer", less="loader", same="unclear")
-        if result["bottleneck"] != expected:
-            raise PartFailed(
-                f"you measured loader {loader}, consumer {consumer} images/s and said {result['bottleneck']!r}; "
-                f"packlab.bench.compare on those runs says {expected!r}.{_why_not(loader, consumer, result['bottleneck'], expected)}"
-            )
-        shown.append(expected)
-    return f"the verdict follows packlab.bench.compare on your own runs ({', '.join(shown)})"
+    shown = [_judge_verdict(_run(ctx, scenario)) for scenario in ("close", "noisy", "hiccup", "slow_loader", "consumer_bound")]
+    # Sleeps on a busy machine can blur the difference a scenario was built to show (the loader's
+    # fastest run delayed, say), so that on those runs a tempting rule agrees with compare and a
+    # verdict following it would pass unseen. Such a scenario is measured again, and the
+    # candidate's verdict judged each time; a verdict that follows compare passes every time.
+    extra = 0
+    for name, _, scenario in TEMPTING_RULES:
+        for attempt in range(EXTRA_ATTEMPTS + 1):
+            fresh = ("scenario", scenario, attempt) not in ctx.memo  # the first attempt was judged above
+            run = _run(ctx, scenario, attempt)
+            if fresh:
+                extra += 1
+                _judge_verdict(run)
+            if name in _rules_told_apart(run.result["loader"], run.result["consumer"]):
+                break
+    again = f"; measured again {extra} time{'s' if extra != 1 else ''}, as noise had blurred a scenario" if extra else ""
+    return f"the verdict follows packlab.bench.compare on your own runs ({', '.join(shown)}{again})"
 
 
 register(
