@@ -25,7 +25,7 @@ UV_INSTALL := $(if $(TORCH_BACKEND),UV_TORCH_BACKEND=$(TORCH_BACKEND) )"$$uv" pi
 # Notebooks converted from MyST markdown for nbval.
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup setup-dev data doctor lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers
+.PHONY: help setup setup-dev system-deps data doctor lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers
 
 help:
 	@echo "make doctor     is this machine ready? one line per need (Python, cores, memory, disk, /dev/shm, JupyterLab, data)"
@@ -35,6 +35,7 @@ help:
 	@echo "make bench      time every loader on the full dataset; writes _build/bench/bench.json and bench.png"
 	@echo "make setup      create .venv with uv and install the course package (editable): what an attendee needs"
 	@echo "make setup-dev  the same, plus the book and test tools (the dev extra)"
+	@echo "make system-deps  the Debian packages the tests need (Chromium, Slurm, munge), installed once as root"
 	@echo "make data       generate the 10k-image dataset (PACKLAB_COUNT=2000: a smaller one; no-op if a verified one exists)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
@@ -81,6 +82,13 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 
 data: setup
 	$(PY) -m packlab.data
+
+# The Debian packages the tests need (packlab/course/system_deps.py: Chromium for the browser
+# tests, slurm-wlm and munge for the Slurm job), installed with one apt-get, before any test
+# runs: tests run side by side and two apt-gets at once fail on dpkg's lock. Does nothing when
+# they are there; says which tests will skip when it cannot install (fails under CI=true).
+system-deps: setup
+	$(PY) -m packlab.course.system_deps
 
 # A go/no-go check of this machine (packlab/course/doctor.py); without make, from the
 # repository: python3 -m packlab.course.doctor (any Python 3; it says what is missing).
@@ -140,7 +148,7 @@ book-instructor: setup-dev data
 # time of each phase.
 # TEST_JOBS=N: parallel unit-test processes (default: two per core).
 TEST_JOBS ?=
-test: setup-dev data
+test: setup-dev data system-deps
 	$(PY) -m packlab.course.testrun --cell-timeout=$(CELL_TIMEOUT) $(if $(TEST_JOBS),--jobs $(TEST_JOBS),)
 
 # Loader speed against the decode ceiling and the peers, the small-file penalty and the

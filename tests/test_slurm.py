@@ -1,11 +1,11 @@
 """The Slurm job script runs as an HPC user would submit it: sbatch, staging, srun torchrun, audit.
 
 The test builds a one-host Slurm cluster on 127.0.0.1 from Debian's ``slurm-wlm`` and
-``munge`` (installed with apt-get when missing), submits ``scripts/slurm/exactly_once.sbatch``
-with ``sbatch`` on a small generated dataset, waits for the job (bounded), reads its
-output, and stops every daemon it started. It needs root (to install packages and to run
-munged as the munge user and slurmd as root): without root it is skipped, except under
-``CI=true``, where it must run.
+``munge`` (which ``make system-deps`` installs before the tests run), submits
+``scripts/slurm/exactly_once.sbatch`` with ``sbatch`` on a small generated dataset, waits
+for the job (bounded), reads its output, and stops every daemon it started. It needs root
+(to run munged as the munge user and slurmd as root) and those packages: without them it
+is skipped, except under ``CI=true``, where it must run.
 
 Everything the cluster writes lives in the test's temporary folder (configuration, state,
 spool, logs), except munge's key, socket, pid and log files, which munged insists on
@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from packlab import data, pack, paths
+from packlab.course import system_deps
 
 SCRIPT = paths.repo_root() / "scripts" / "slurm" / "exactly_once.sbatch"
 PACKAGES = ("slurm-wlm", "munge")
@@ -46,28 +47,16 @@ def _in_ci() -> bool:
 def _require_root() -> None:
     if os.geteuid() == 0:
         return
-    message = "the Slurm test needs root: it installs slurm-wlm and munge and runs slurmd"
+    message = "the Slurm test needs root: it runs munged as the munge user and slurmd as root"
     if _in_ci():
         pytest.fail(f"{message}, and under CI=true it must run")
     pytest.skip(message)
 
 
 def _install_packages() -> None:
-    """apt-get install slurm-wlm and munge unless their programs are already there."""
-    if all(shutil.which(p) for p in ("sbatch", "slurmctld", "slurmd", "munged", "mungekey")):
-        return
-    if not shutil.which("apt-get"):
-        message = "slurm-wlm and munge are not installed and there is no apt-get to install them"
-        if _in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-    result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:  # the package lists may be missing or stale
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, text=True, timeout=600, check=True)
-        result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"apt-get install {' '.join(PACKAGES)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    """Skip (or fail under CI=true) unless ``make system-deps`` installed slurm-wlm and munge."""
+    for package in PACKAGES:
+        system_deps.require(package, skip=pytest.skip, fail=pytest.fail)
 
 
 def _free_port() -> int:
