@@ -333,7 +333,9 @@ def round_orders(count: int, rounds: int, order: str = "balanced", seed: int | N
       to its symbols at random and its rows shuffled (seeded by ``seed``; ``None`` draws a
       fresh seed). Every contender runs in every position equally often when ``rounds`` is
       a multiple of the block (:func:`default_rounds`), and as nearly so as the rounds allow
-      otherwise.
+      otherwise (off by one: with the chapters' five rounds, two equal contenders whose
+      first run of a round is 15 % slower were still called different in well under 2 % of
+      2,000 simulated comparisons, :mod:`packlab.simulated_runs`).
     * ``"shuffled"``: a fresh random order each round. The positions then even out only on
       average, so a position effect still leaks into the verdicts (chapter 1 measures how often).
     * ``"fixed"``: the order the contenders were given, every round, for a caller whose
