@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from packlab.accuracy.training import RunResult, batches_of
+from packlab.accuracy.training import BATCH_SIZE, RunResult, batches_of
 from packlab.loaders.tar import shuffle_buffer
 
 #: Samples in the buffer that spreads an echoed sample's copies apart (example echoing).
@@ -32,14 +32,14 @@ ECHO_BUFFER = 1000
 
 
 def sample_echo(order: Sequence[int], factor: int, seed: int, buffer: int = ECHO_BUFFER,
-                batch_size: int = 32) -> list[np.ndarray]:
+                batch_size: int = BATCH_SIZE) -> list[np.ndarray]:
     """Each sample of ``order`` repeated ``factor`` times as it arrives, through a shuffle buffer, then batched."""
     repeated = (index for index in order for _ in range(factor))
     rng = random.Random(f"echo-{seed}-{factor}")
     return batches_of(list(shuffle_buffer(repeated, buffer, rng)), batch_size)
 
 
-def batch_echo(order: Sequence[int], factor: int, batch_size: int = 32) -> list[np.ndarray]:
+def batch_echo(order: Sequence[int], factor: int, batch_size: int = BATCH_SIZE) -> list[np.ndarray]:
     """The batches of ``order``, each used for ``factor`` steps in a row."""
     return [batch for batch in batches_of(order, batch_size) for _ in range(factor)]
 

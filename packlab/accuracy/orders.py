@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from packlab import data, pack, paths
+from packlab.accuracy.training import BATCH_SIZE
 from packlab.loaders.tar import TarShardDataset, skip_decode
 
 
@@ -66,7 +67,7 @@ def loader_order(dataset: TarShardDataset, workers: int, batch_size: int) -> lis
 
 
 def tar_order(shards: Sequence[Path], index: Mapping[str, int], seed: int, epoch: int, shuffle_buffer: int,
-              workers: int = 2, batch_size: int = 32) -> np.ndarray:
+              workers: int = 2, batch_size: int = BATCH_SIZE) -> np.ndarray:
     """The course's tar reader's order for one epoch: shard shuffle from (seed, epoch), a buffer per worker."""
     dataset = TarShardDataset([str(s) for s in shards], shuffle_buffer=shuffle_buffer, seed=seed, transform=skip_decode,
                               return_key=True, rank=0, world_size=1)

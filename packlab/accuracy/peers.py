@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import DataLoader
 
+from packlab.accuracy.training import BATCH_SIZE
 from packlab.loaders.streaming_peers import _quiet_imports
 
 COLUMNS = {"index": "int", "label": "int"}
@@ -92,7 +93,7 @@ def _read(dataset, workers: int, batch_size: int, column: str) -> np.ndarray:
     return np.array([int(row[column]) for batch in loader for row in batch])
 
 
-def mds_order(folder: Path, seed: int, algo: str = "py1e", workers: int = 2, batch_size: int = 32,
+def mds_order(folder: Path, seed: int, algo: str = "py1e", workers: int = 2, batch_size: int = BATCH_SIZE,
               column: str = "index", epoch_size: int | None = None, streams=None, block: int | None = None) -> np.ndarray:
     """``column`` of every sample of one epoch, in the order an MDS ``StreamingDataset`` delivers them.
 
@@ -112,7 +113,7 @@ def mds_order(folder: Path, seed: int, algo: str = "py1e", workers: int = 2, bat
     return _read(dataset, workers, batch_size, column)
 
 
-def litdata_order(folder: Path, seed: int, workers: int = 2, batch_size: int = 32, column: str = "index") -> np.ndarray:
+def litdata_order(folder: Path, seed: int, workers: int = 2, batch_size: int = BATCH_SIZE, column: str = "index") -> np.ndarray:
     """``column`` of every sample of one epoch, in the order ``litdata.StreamingDataset(shuffle=True)`` delivers them."""
     _quiet_imports()
     import litdata
@@ -122,7 +123,7 @@ def litdata_order(folder: Path, seed: int, workers: int = 2, batch_size: int = 3
 
 
 def mds_mix(folders: Sequence[Path], proportions: Sequence[float], epoch_size: int, seed: int, workers: int = 2,
-            batch_size: int = 32) -> np.ndarray:
+            batch_size: int = BATCH_SIZE) -> np.ndarray:
     """The source of every sample of one epoch mixed by MDS's ``Stream(proportion=…)`` (rows with a ``source`` column)."""
     _quiet_imports()
     from streaming import Stream
@@ -133,7 +134,7 @@ def mds_mix(folders: Sequence[Path], proportions: Sequence[float], epoch_size: i
 
 
 def litdata_mix(folders: Sequence[Path], weights: Sequence[float], seed: int, workers: int = 2,
-                batch_size: int = 32) -> np.ndarray:
+                batch_size: int = BATCH_SIZE) -> np.ndarray:
     """The source of every sample of one epoch of ``CombinedStreamingDataset(weights=…)``: it ends when one runs out."""
     _quiet_imports()
     import litdata
@@ -163,7 +164,7 @@ def random_mix(sizes: Sequence[int], weights: Sequence[float], seed: int) -> np.
 
 
 def peer_order(mds_copy: Path, litdata_copy: Path, seed: int, algo: str, block: int | None = None,
-               workers: int = 2, batch_size: int = 32) -> np.ndarray:
+               workers: int = 2, batch_size: int = BATCH_SIZE) -> np.ndarray:
     """One epoch's order of the training images from MDS (``algo`` ``"py1e"``/``"py1br"``) or LitData (``"litdata"``)."""
     if algo == "litdata":
         return litdata_order(litdata_copy, seed, workers, batch_size)

@@ -31,7 +31,7 @@ from packlab.train import TinyCNN
 
 #: Images per batch, peak learning rate and momentum of every run (SGD with a cosine decay): fixed, so only the
 #: schedule differs.
-BATCH_SIZE = 32
+BATCH_SIZE = 64
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
 

@@ -47,6 +47,7 @@ MIXING_MARGIN = 0.20
 ACCURACY_MARGIN = 12.0
 ACCURACY_SEEDS = (0, 1, 2)
 ACCURACY_EPOCHS = 2
+ACCURACY_BATCH = 32  # images per training step: 31 steps an epoch
 MIXING_WINDOW = 50
 
 
@@ -271,13 +272,13 @@ def _order_batches(seed: int, keys_by_epoch: dict, index: dict, epochs: int) -> 
     """A training schedule from recorded epochs (``keys_by_epoch[(seed, epoch)]``), cut into batches."""
     from packlab.accuracy.training import batches_of
 
-    return [b for e in range(epochs) for b in batches_of([index[k] for k in keys_by_epoch[(seed, e)]])]
+    return [b for e in range(epochs) for b in batches_of([index[k] for k in keys_by_epoch[(seed, e)]], ACCURACY_BATCH)]
 
 
 def _global_batches(seed: int, size: int, epochs: int) -> list:
     from packlab.accuracy.training import batches_of, global_order
 
-    return [b for e in range(epochs) for b in batches_of(global_order(seed, e, size))]
+    return [b for e in range(epochs) for b in batches_of(global_order(seed, e, size), ACCURACY_BATCH)]
 
 
 def _accuracy(ctx: Context) -> str:
