@@ -133,11 +133,11 @@ class FloatCrossing(Right):
 
     @staticmethod
     def normalise(images, mean, std):
-        x = images if images.is_floating_point() else images.float() / 255
-        return (x - torch.tensor(MEAN_STD[0]).view(1, 3, 1, 1)) / torch.tensor(MEAN_STD[1]).view(1, 3, 1, 1)
-
-
-MEAN_STD = ((0.40, 0.50, 0.60), (0.20, 0.25, 0.30))
+        if not images.is_floating_point():
+            return normalise(images, mean, std)
+        normalise(images[:0].to(torch.uint8), mean, std)  # makes the constants once
+        mean_t, std_t = CONSTANTS[(tuple(mean), tuple(std), images.device)]
+        return (images - mean_t) / std_t
 
 
 class NormaliseTwice(Right):

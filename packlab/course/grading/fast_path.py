@@ -248,13 +248,20 @@ class _ResizeClock(torch.overrides.TorchFunctionMode):
             Image.Image.resize = resize
 
 
-def _resize_seconds(work, blobs) -> float:
-    """Seconds spent inside resizes while ``work(blob)`` runs over ``blobs``."""
-    clock = _ResizeClock()
-    with clock, clock.pillow():
-        for blob in blobs:
-            work(blob)
-    return clock.seconds
+def _resize_seconds(work, blobs, passes: int = 3) -> float:
+    """Seconds spent inside resizes while ``work(blob)`` runs over ``blobs``: the least of ``passes`` passes.
+
+    The least, because what a shared machine adds (another process taking the core for a
+    moment) only ever makes a pass longer.
+    """
+    best = math.inf
+    for _ in range(passes):
+        clock = _ResizeClock()
+        with clock, clock.pillow():
+            for blob in blobs:
+                work(blob)
+        best = min(best, clock.seconds)
+    return best
 
 
 def _v2_resize(blob):
@@ -305,7 +312,8 @@ def _timing(ctx: Context) -> str:
     large = [blob for _, blob in ctx.fixtures["large"][:4]]
 
     def per_image_ms(work, blobs):
-        return lambda: seconds_of(lambda: [work(b) for b in blobs])() / len(blobs) * 1e3
+        # The least of three passes: a shared machine only ever makes a pass longer.
+        return lambda: min(seconds_of(lambda: [work(b) for b in blobs])() for _ in range(3)) / len(blobs) * 1e3
 
     def yours(blob):
         return attempt(transform, f"{ctx.name}.transform", blob, "<bytes>")
