@@ -285,21 +285,25 @@ def crop_roi(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<by
     return _finish(Image.fromarray(pixels).resize((size, size), Image.BILINEAR, box=box), crop)
 
 
-def crop_torchvision(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>") -> torch.Tensor:
-    """torchvision: decode the whole JPEG (``decode_jpeg``), take the window as a view, resize it with v2 in uint8.
+def crop_torchvision(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>") -> np.ndarray:
+    """torchvision: decode the whole JPEG (``decode_jpeg``), take the window, resize it in uint8, interleaved.
 
-    No Pillow and no copy of the window: ``transforms.v2`` resizes the uint8 view with
-    torch's antialiased bilinear ``interpolate``. Returns ``size`` x ``size`` x 3 uint8 (an
-    array over v2's output, which on the view of an interleaved image is itself interleaved).
+    ``decode_jpeg`` returns a channels-first *view* of libjpeg's interleaved (H x W x C)
+    pixels. The window is copied once into a ``channels_last`` tensor (row by row, plain
+    copies) and resized with torch's antialiased bilinear ``interpolate`` on uint8, the
+    kernel ``transforms.v2`` uses; on channels_last input it writes channels_last output,
+    so the result is an interleaved ``size`` x ``size`` x 3 image that a channels_last batch
+    takes as one plain copy. (``transforms.v2.functional.resize`` would first reshape the
+    window into a contiguous channels-first copy, and return channels-first.)
     """
-    from packlab.decode import decode_torchvision, resize_uint8
+    from packlab.decode import decode_torchvision
 
     image = decode_torchvision(data, source)
     left, top, right, bottom = (round(v) for v in crop.box((image.shape[2], image.shape[1])))
-    out = resize_uint8(image[:, top:bottom, left:right], size)
-    if crop.flip:
-        out = out.flip(-1)
-    return out.permute(1, 2, 0).numpy()
+    window = image[None, :, top:bottom, left:right].contiguous(memory_format=torch.channels_last)
+    out = torch.nn.functional.interpolate(window, size=(size, size), mode="bilinear", antialias=True,
+                                          align_corners=False)[0].permute(1, 2, 0)
+    return (out.flip(1) if crop.flip else out).numpy()
 
 
 def crop_fast(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>"):

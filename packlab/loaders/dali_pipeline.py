@@ -4,9 +4,10 @@ DALI runs a graph of operators on a pool of threads of its own, in the training 
 no worker processes, no pickling, batches assembled in DALI's memory. The pipeline here
 is the one its documentation builds for ImageNet training, reading the course's shards:
 
-* ``fn.readers.webdataset(paths=shards, ext=["jpg", "cls"], random_shuffle=True, ...)``
-  reads the tar shards (it indexes each shard on first use when no index file is given)
-  and shuffles through a buffer of ``initial_fill`` samples, like the course's reader;
+* ``fn.readers.webdataset(paths=shards, index_paths=..., ext=["jpg", "cls"],
+  random_shuffle=True, ...)`` reads the tar shards through DALI's index files (written
+  once with DALI's ``wds2idx``, :func:`ensure_index`) and shuffles through a buffer of
+  ``initial_fill`` samples, like the course's reader;
 * ``fn.decoders.image_random_crop`` (``mode="crop"``) decodes a random window with
   torchvision's defaults (area 8-100 %, aspect 3/4-4/3, 10 attempts) using nvImageCodec's
   region-of-interest decoding ("When possible, the operator uses the ROI decoding",
@@ -50,6 +51,28 @@ def dali_status() -> str | None:
     return None
 
 
+def ensure_index(shard: str) -> str:
+    """The DALI index of a tar shard (``<shard>.idx``), written once with DALI's own ``wds2idx``.
+
+    Without an index the reader scans each shard when the pipeline starts, and says so on
+    stderr ("Index file not provided, it may take some time..."). The index lists each
+    sample's members with their offsets and sizes; it is rewritten when the shard is newer.
+    """
+    import os
+    from pathlib import Path
+
+    from wds2idx import IndexCreator
+
+    index = Path(f"{shard}.idx")
+    if index.exists() and index.stat().st_mtime_ns >= Path(shard).stat().st_mtime_ns:
+        return str(index)
+    partial = index.with_name(f"{index.name}.{os.getpid()}.partial")
+    with IndexCreator(str(shard), str(partial), verbose=False) as creator:
+        creator.create_index()
+    partial.replace(index)
+    return str(index)
+
+
 def key_of(source_info: str) -> str:
     """The sample key in a webdataset reader's ``source_info`` (``"<shard>:<offset>:<key>.jpg"``)."""
     member = source_info.rsplit(":", 1)[-1]
@@ -63,7 +86,8 @@ def _pipeline(shards: Sequence[str], mode: str, batch_size: int, threads: int, s
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=0 if device == "mixed" else None, seed=seed,
                   prefetch_queue_depth=2, exec_dynamic=True)
     def build():
-        jpegs, labels = fn.readers.webdataset(paths=list(shards), ext=["jpg", "cls"], random_shuffle=shuffle_buffer > 1,
+        jpegs, labels = fn.readers.webdataset(paths=list(shards), index_paths=[ensure_index(s) for s in shards],
+                                              ext=["jpg", "cls"], random_shuffle=shuffle_buffer > 1,
                                               initial_fill=max(1, shuffle_buffer), pad_last_batch=True,
                                               missing_component_behavior="error", name="Reader")
         info = fn.get_property(jpegs, key="source_info")

@@ -307,7 +307,8 @@ def run_benchmark(
         "machine": {"cores": cores, "python": platform.python_version(), "torch": torch.__version__,
                     "load_average_before": _load_average()},
         "images": len(manifest),
-        "settings": {"epochs": epochs, "workers": cores, "batch_size": 64, "quick": quick,
+        # --quick reads a few hundred images: batches of 16 keep several batches per worker in an epoch.
+        "settings": {"epochs": epochs, "workers": cores, "batch_size": 16 if quick else 64, "quick": quick,
                      "ceiling_images": min(ceiling_images, len(manifest))},
         "goals_set": GOALS,
     }
@@ -320,7 +321,8 @@ def run_benchmark(
     if loaders is None or set(loaders) & set(STORED_LOADERS):
         log("re-encoding the shards at 256 x 256 for the stored-JPEG loaders (once; reused afterwards)")
         stored = [str(p) for p in _stored_shards(root, shards)]
-    factories = loader_factories(root, shards, zip_path, stored_shards=stored, with_keys=True)
+    batch_size = results["settings"]["batch_size"]
+    factories = loader_factories(root, shards, zip_path, batch_size=batch_size, stored_shards=stored, with_keys=True)
     if loaders is not None:
         wanted = [name for name in loaders if not name.startswith("crops")]  # "crops": the training-crop section
         unknown = set(wanted) - set(factories)
@@ -369,7 +371,7 @@ def run_benchmark(
             log("re-encoding the shards at a maximum side of 320 px, aspect kept, for the training crops (once)")
             train_stored = [str(p) for p in _stored_shards(root, shards, TRAINING_FORM_ARGS)]
             results["training_crops"] = crops_section(root, shards, train_stored, manifest, cores,
-                                                      share=1.0 if quick else 0.5,
+                                                      share=1.0 if quick else 0.5, batch_size=batch_size,
                                                       ceiling_images=min(ceiling_images, 1000), log=log)
             results["training_crops"]["stored"] = _stored_facts(root, shards, train_stored, manifest,
                                                                 TRAINING_FORM_ARGS)

@@ -215,7 +215,7 @@ def median(values) -> float:
 
 
 def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], manifest: Sequence, cores: int,
-                  share: float = 0.5, ceiling_images: int = 1000, rounds: int = ROUNDS,
+                  share: float = 0.5, ceiling_images: int = 1000, rounds: int = ROUNDS, batch_size: int = 64,
                   log: Callable[[str], None] = print) -> dict:
     """The training transform end to end: the standard pipeline, ours, DALI, and each one's own ceiling.
 
@@ -232,7 +232,7 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
     originals, stored = list(shards[:count]), list(train_shards[:count])
     by_key = {s.key: s for s in manifest}
     expected = [by_key[key] for shard in originals for key, _ in iter_samples(shard)]
-    factories = crop_factories(originals, stored, with_keys=True)
+    factories = crop_factories(originals, stored, batch_size=batch_size, with_keys=True)
     loaders = {name: make(cores) for name, (_, make) in factories.items()}
     original_items, stored_items = shard_items(originals, ceiling_images), shard_items(stored, ceiling_images)
     ceilings = {

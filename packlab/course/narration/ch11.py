@@ -143,6 +143,7 @@ def end_to_end_figures(runs: Mapping[str, Spread], epochs: Mapping[str, list], r
         "summary_speedup": f"the training crops came {ours.median / standard.median:.1f} times as fast as the "
                            f"standard pipeline's ({speedup})",
         "summary_ceiling": f"ours reached {ours.median / ours_ceiling.median:.2f} of the ceiling of its own work",
+        "end_startup": percent(max(e.startup_share for runs_ in epochs.values() for e in runs_)),
     }
 
 
