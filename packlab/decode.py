@@ -41,7 +41,7 @@ from PIL import Image, UnidentifiedImageError
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as transforms_v2
 
-from packlab.transforms import IMAGE_SIZE, CorruptImageError, decode_rgb
+from packlab.transforms import IMAGE_SIZE, SUBSAMPLING, CorruptImageError, decode_rgb
 
 
 def _corrupt(source: str, exc: BaseException) -> CorruptImageError:
@@ -261,8 +261,6 @@ def high_resolution_copies(samples: Sequence, folder, scale: int = 4, root=None,
         noise = rng.normal(0, grain, size=(big.height, big.width, 1)).astype(np.float32)
         pixels = np.clip(np.asarray(big, dtype=np.float32) + noise, 0, 255).astype(np.uint8)
         partial = target.with_suffix(".partial")
-        from packlab.reencode import SUBSAMPLING
-
         Image.fromarray(pixels).save(partial, format="JPEG", quality=quality, subsampling=SUBSAMPLING[subsampling])
         partial.replace(target)
     return paths

@@ -43,12 +43,10 @@ from PIL import Image
 
 from packlab.loaders.tar import RawSample
 from packlab.preprocess import MapReport, map_shards
-from packlab.transforms import IMAGE_SIZE, RAW_SHAPE, decode_and_resize, decode_rgb
+from packlab.transforms import IMAGE_SIZE, RAW_SHAPE, SUBSAMPLING, decode_and_resize, decode_rgb
 
 #: How a stored image gets its size: squashed to a square, or the longer side shrunk with the aspect kept.
 FITS = ("square", "max side")
-#: Pillow's names for the chroma subsampling of a JPEG it writes.
-SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
 
 
 @dataclass(frozen=True)

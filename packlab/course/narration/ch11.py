@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 
 from packlab.bench import Spread, compare, markdown_table, ratio_words
+from packlab.course.prose import provides_figures
 
 
 def percent(share: float) -> str:
@@ -113,6 +114,9 @@ def roi_sentence(crop_runs: Mapping[str, Mapping[str, Spread]], reference: str, 
             "the cost.")
 
 
+@provides_figures("ours_rate", "standard_rate", "speedup_words", "storage_ratio", "end_psnr", "ours_ceiling_rate",
+                   "ours_vs_ceiling", "ours_ceiling_words", "standard_vs_ceiling", "dali_sentence", "ours_first",
+                   "standard_first", "summary_speedup", "summary_ceiling", "end_startup")
 def end_to_end_figures(runs: Mapping[str, Spread], epochs: Mapping[str, list], rows: Mapping[str, str],
                        storage_ratio: float, psnr_db: float) -> dict:
     """The figures of chapter 11's "All together": the training pipeline speed-up and each ratio to a ceiling."""
