@@ -141,12 +141,17 @@ def collate_uint8_batch(samples: Sequence[tuple]) -> list:
     (:func:`to_float_batch`); labels an int64 tensor, keys a tuple of strings, as the
     default collate gives.
     """
+    return collate_with(images_to_uint8_batch, samples)
+
+
+def collate_with(make_images, samples: Sequence[tuple]) -> list:
+    """``[make_images(images), int64 labels(, keys)]`` from ``(image, label[, key])`` samples, as the default collate lays them out."""
     columns = list(zip(*samples))
     if not columns:
         raise ValueError("cannot collate an empty batch")
-    batch = [images_to_uint8_batch(columns[0]), torch.tensor(columns[1], dtype=torch.int64)]
+    batch = [make_images(columns[0]), torch.tensor(columns[1], dtype=torch.int64)]
     if len(columns) > 2:
-        batch.append(columns[2])
+        batch.append(columns[2])  # a tuple of strings, as the default collate gives
     return batch
 
 
@@ -204,29 +209,21 @@ def images_to_channels_last(images: Sequence) -> torch.Tensor:
 
 def collate_channels_last(samples: Sequence[tuple]) -> list:
     """Collate ``(uint8 H x W x C image, label[, key])`` samples into ``[channels_last uint8 images, labels(, keys)]``."""
-    columns = list(zip(*samples))
-    if not columns:
-        raise ValueError("cannot collate an empty batch")
-    batch = [images_to_channels_last(columns[0]), torch.tensor(columns[1], dtype=torch.int64)]
-    if len(columns) > 2:
-        batch.append(columns[2])
-    return batch
+    return collate_with(images_to_channels_last, samples)
 
 
 def collate_uint8_hwc_as_chw(samples: Sequence[tuple]) -> list:
     """The same batch as :func:`collate_channels_last`, built N x C x H x W (a strided copy per image), for comparison."""
-    columns = list(zip(*samples))
-    if not columns:
-        raise ValueError("cannot collate an empty batch")
-    first = _hwc_tensor(columns[0][0])
-    height, width, channels = first.shape
-    out = empty_batch((len(columns[0]), channels, height, width), torch.uint8)
-    for i, image in enumerate(columns[0]):
-        write_uint8_chw(image, out[i])
-    batch = [out, torch.tensor(columns[1], dtype=torch.int64)]
-    if len(columns) > 2:
-        batch.append(columns[2])
-    return batch
+    def chw(images):
+        if not images:
+            raise ValueError("cannot make a batch of no images")
+        height, width, channels = _hwc_tensor(images[0]).shape
+        out = empty_batch((len(images), channels, height, width), torch.uint8)
+        for i, image in enumerate(images):
+            write_uint8_chw(image, out[i])
+        return out
+
+    return collate_with(chw, samples)
 
 
 #: The per-channel mean and standard deviation of ImageNet's training images (RGB, in [0, 1]),
