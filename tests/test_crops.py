@@ -207,3 +207,23 @@ def test_dali_delivers_every_key_once_with_its_label(small_root, tmp_path):
     images = next(iter(loader))[0]
     assert images.dtype == torch.uint8 and images.shape[1:] == (3, 224, 224)
     assert images.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_the_profile_keeps_only_steady_steps_and_prints_nothing(capfd):
+    from packlab import profiling
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, index):
+            time.sleep(0.002)
+            return torch.zeros(2), index
+
+    profile = profiling.profile_training(DataLoader(Slow(), batch_size=2), lambda batch: time.sleep(0.003),
+                                         wait=1, warmup=1, active=5)
+    assert profile.batches == 5 and profile.skipped_steps == 2 and profile.first_batch_seconds > 0
+    assert 0 < profile.waiting_share < 1 and 0 < profile.step_share < 1
+    assert profile.waiting_seconds + profile.step_seconds <= profile.wall_seconds * 1.05
+    printed = capfd.readouterr()
+    assert "gpuGetDeviceCount" not in printed.err and "profiler_start" not in printed.err
