@@ -318,7 +318,7 @@ def run_benchmark(
                                                        root=root, progress=False)]
     zip_path = pack.ensure_zip(root=root, progress=False)
     stored = None
-    if loaders is None or set(loaders) & set(STORED_LOADERS):
+    if loaders is None or set(loaders) & set(STORED_LOADERS) or training_rows_wanted(loaders):
         log("re-encoding the shards at 256 x 256 for the stored-JPEG loaders (once; reused afterwards)")
         stored = [str(p) for p in _stored_shards(root, shards)]
     batch_size = results["settings"]["batch_size"]
@@ -344,7 +344,8 @@ def run_benchmark(
             parallel.append(measure_parallel_ceiling(encoded, cores))
             log(f"turn {turn + 1}/{epochs}: decode ceiling {single[-1]:.0f} images/s on one core, "
                 f"{parallel[-1]:.0f} on {cores} at once")
-            for name in names[turn % len(names):] + names[: turn % len(names)]:
+            start = turn % len(names) if names else 0
+            for name in names[start:] + names[:start]:
                 recorder = KeyRecorder()
                 epoch = timed_epoch(made[name], name, on_batch=recorder)
                 report = audit.audit_epoch(recorder.records, manifest)
@@ -515,6 +516,9 @@ def _plot_benchmark(results: dict):
     cores, rows = results["machine"]["cores"], results["loaders"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.9 + 0.45 * max(8, len(rows))),
                                       gridspec_kw={"width_ratios": [3, 2]})
+    if not rows:  # a run of the training-crop section alone (--loaders crops)
+        fig.tight_layout()
+        return fig
     ordered = sorted(rows, key=lambda r: -r["median_images_per_s"])
     plots.plot_rates_with_ranges(
         [{"name": r["loader"], "median": r["median_images_per_s"], "low": r["min_images_per_s"],
@@ -547,7 +551,7 @@ def format_benchmark(results: dict) -> str:
     """The benchmark's results as plain text: the loaders' table, the ceilings, the goals and what limits them."""
     cores = results["machine"]["cores"]
     rows = sorted(results["loaders"], key=lambda r: -r["median_images_per_s"])
-    width = max(len(r["loader"]) for r in rows)
+    width = max([len("loader")] + [len(r["loader"]) for r in rows])
     lines = [f"images/s, full epochs of {results['images']:,} images at {cores} workers "
              f"(median of {results['settings']['epochs']}, start-up included)",
              f"{'loader'.ljust(width)}  {'group':8} {'median':>7} {'min-max':>11} {'/ceiling':>8}"]

@@ -261,6 +261,7 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
         out["ratios"][key] = spreads[loader].median / spreads[ceiling].median
         out["verdicts"][key] = verdict_words(spreads[loader], spreads[ceiling], loader, "its ceiling")
     out["ratios"]["stored_loader_vs_stored_ceiling"] = out["ratios"][f"{CROP_ROWS['ours, stored']} vs own ceiling"]
+    out["verdicts"]["stored_loader_vs_stored_ceiling"] = out["verdicts"][f"{CROP_ROWS['ours, stored']} vs own ceiling"]
     out["goal_stored_loader_vs_stored_ceiling"] = goal_verdict(
         ours, spreads[own_ceiling[CROP_ROWS["ours, stored"]]], GOALS_OF_THE_SAME_WORK["stored_loader_vs_stored_ceiling"])
     for ours_name, dali_name, key in ((CROP_ROWS["ours, stored"], CROP_ROWS["DALI, stored"], "ours_vs_dali_cpu"),
