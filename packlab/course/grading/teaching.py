@@ -142,8 +142,12 @@ NUDGES: dict[str, dict[str, str]] = {
         "transform_uint8": "chapter 11: which type do the pixels need to be before anyone computes with them?",
         "resize_uint8": "resize while the image is still small and in bytes: what does a float resize cost?",
         "reduced_decode": "a JPEG can be decoded straight to a smaller size: the decoder need not make every pixel",
+        "resize_speed": "chapter 11 timed three resizes of the same images: which was the cheapest?",
+        "timing": "a fast path has to be fast where it matters: on the large JPEGs, what does the decoder still do?",
         "collate_uint8": "what crosses from a worker to the training process, and how many bytes per pixel?",
+        "collate_shared": "chapter 8: where must a batch made in a worker live so that it crosses without a copy?",
         "normalise_once": "one conversion to float, then the per-channel normalisation, all in the consumer",
+        "normalise_constants": "the mean and std are the same for every batch: how often do they need making?",
         "audit": "the three pieces together must still give every sample once, as the standard transform would",
     },
     "resumable_reader": {
