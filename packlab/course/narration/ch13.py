@@ -81,6 +81,50 @@ def peer_sentence(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], r
     return f"On the class-sorted copy, against the {reference}'s {ref.median:.1f} %: " + "; ".join(parts) + "."
 
 
+# ------------------------------------------------------------------------------ storage
+
+
+def storage_rows(stored: Mapping[str, tuple], accuracy: Mapping[str, Spread], reference: str) -> list[dict]:
+    """Per way of storing: kB per image, PSNR of what the model sees against the originals', accuracy, verdict."""
+    from packlab.accuracy.pixels import psnr
+
+    base_images, base_kb = stored[reference]
+    rows = []
+    for name, (images, kb) in stored.items():
+        quality = psnr(images.pixels, base_images.pixels)
+        rows.append({"stored as": name, "kB per image": f"{kb:.1f}", "bytes against the originals": f"{kb / base_kb:.2f}",
+                     "PSNR at 64 px, dB": "identical" if quality == float("inf") else f"{quality:.1f}",
+                     "held-out accuracy, %": f"{accuracy[name]:.1f}",
+                     f"against the {reference}": "reference" if name == reference
+                     else against(accuracy[name], accuracy[reference])})
+    return rows
+
+
+@provides_figures("storage_sentence", "key_storage")
+def storage_figures(stored: Mapping[str, tuple], accuracy: Mapping[str, Spread], reference: str) -> dict:
+    """Which stored copies trained a clearly different model, and at what share of the bytes."""
+    base_kb = stored[reference][1]
+    others = [n for n in stored if n != reference]
+    worse = [n for n in others if compare(accuracy[n], accuracy[reference]) < 0]
+    better = [n for n in others if compare(accuracy[n], accuracy[reference]) > 0]
+    same = [n for n in others if n not in worse and n not in better]
+    parts = []
+    if same:
+        parts.append(f"{names_text(same)} trained no clearly different model from the {reference} "
+                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in same)} against {accuracy[reference].median:.1f} %)"
+                     f" at {', '.join(f'{stored[n][1] / base_kb:.2f}' for n in same)} of their bytes")
+    if worse:
+        parts.append(f"{names_text(worse)} trained a clearly worse one "
+                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in worse)})")
+    if better:
+        parts.append(f"{names_text(better)} trained a clearly better one "
+                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in better)})")
+    sentence = "Trained on its stored copies and tested on originals, " + "; ".join(parts) + "."
+    key = (f"no stored copy cost accuracy clearly, down to {min(stored[n][1] for n in others) / base_kb:.2f} of the "
+           "bytes." if not worse else f"{names_text(worse)} cost accuracy clearly.")
+    return {"storage_sentence": sentence, "key_storage": key[0].upper() + key[1:]}
+
+
 # ------------------------------------------------------------------------------ echoing
 
 
