@@ -112,7 +112,7 @@ def payback_text(raw_fed: Spread, jpeg_fed: Spread, offline_all: Spread, images:
 
 @provides_figures("penalty_folder", "penalty_tar", "penalty_ratio", "penalty_ratio_range", "prediction_shares",
                   "zip_requests", "zip_kib", "member_kib", "pread_vs_zip_model", "cold_ranking", "warm_verdict",
-                  "zip_reader_lesson")
+                  "zip_reader_lesson", "closest_sentence", "model_error")
 def penalty_figures(rates: dict, predicted_rates: dict, model_ratio: tuple, cold_level: str | None,
                     predicted: dict) -> dict:
     """The small-file penalty's sentences, from ``rates[(column, layout)]`` (Spreads over the rounds)."""
@@ -142,6 +142,7 @@ def penalty_figures(rates: dict, predicted_rates: dict, model_ratio: tuple, cold
         "cold_ranking": cold_ranking, "warm_verdict": warm_verdict,
         "zip_reader_lesson": (f"PreadZipDataset against ZipDataset, the same archive: {pread_model} under the "
                               f"model, and {pread_cold} cold"),
+        **closest_figures(rates, predicted_rates),
     }
 
 
@@ -149,10 +150,27 @@ def _share_text(share: Spread) -> str:
     return f"{share.median:.0%}"
 
 
-@provides_figures("closest_sentence", "model_error", "sleep_extra_text", "start_text", "folder_read_text",
-                  "busiest_text", "refined_shares", "remainder_text")
+def closest_figures(rates: dict, predicted_rates: dict) -> dict:
+    """Which layout came closest to its waiting-only prediction under the model, as measured (share = rate / prediction)."""
+    shares = {layout: Spread.of(v / predicted_rates[layout] for v in rates["network model", layout])
+              for layout in _LAYOUT_NAMES}
+    steps = ranking(shares)
+    (first, _), (second, clear) = steps[0], steps[1]
+    last = steps[-1][0]
+    closest = (f"As measured, {_LAYOUT_NAMES[first]} came closest to its prediction ({_share_text(shares[first])}), "
+               + (f"clearly closer than {_LAYOUT_NAMES[second]}" if clear else f"not clearly closer than {_LAYOUT_NAMES[second]}")
+               + f" ({_share_text(shares[second])}); {_LAYOUT_NAMES[last]} fell furthest short "
+               f"({_share_text(shares[last])}).")
+    low, high = min(v.median for v in shares.values()), max(v.median for v in shares.values())
+    return {"closest_sentence": closest,
+            "model_error": (f"Every layout reached between {low:.0%} and {high:.0%} of its waiting-only prediction: "
+                            "the prediction is a ceiling on the rate, not a forecast of it.")}
+
+
+@provides_figures("sleep_extra_text", "start_text", "folder_read_text", "busiest_text", "refined_shares",
+                  "remainder_text")
 def model_error_figures(rates: dict, penalty: dict, sleep_extra: dict[float, float], start_s: Spread) -> dict:
-    """Which layout came closest to its waiting-only prediction, as measured, and what the prediction leaves out.
+    """What the waiting-only prediction leaves out, measured, and the estimate with it put back.
 
     ``rates[("network model", layout)]``: the measured rounds (files/s); ``penalty``: one result
     of :func:`packlab.small_files.small_file_penalty` (its prediction, the files each layout read
@@ -161,16 +179,6 @@ def model_error_figures(rates: dict, penalty: dict, sleep_extra: dict[float, flo
     empty batch. The refined estimate puts back what was measured: each epoch's start, the
     busiest reader's share, and the extra time of every sleep; not the CPU work of reading.
     """
-    predicted = penalty["predicted_files_per_s"]
-    shares = {layout: Spread.of(v / predicted[layout] for v in rates["network model", layout]) for layout in _LAYOUT_NAMES}
-    steps = ranking(shares)
-    (first, _), (second, clear) = steps[0], steps[1]
-    last = steps[-1][0]
-    closest = (f"As measured, {_LAYOUT_NAMES[first]} came closest to its prediction ({_share_text(shares[first])}), "
-               + (f"clearly closer than {_LAYOUT_NAMES[second]}" if clear else f"not clearly closer than {_LAYOUT_NAMES[second]}")
-               + f" ({_share_text(shares[second])}); {_LAYOUT_NAMES[last]} fell furthest short "
-               f"({_share_text(shares[last])}).")
-
     prediction = penalty["prediction"]
     images = prediction["images"]
     # Sleeps per file and the modelled wait per file, layout by layout (the model waits once per open and per request).
@@ -199,11 +207,7 @@ def model_error_figures(rates: dict, penalty: dict, sleep_extra: dict[float, flo
         remainder += (f" Above it ({names_text(above)}), the estimate overcharged, most likely in the start, which "
                       "varies from run to run (see its range).")
     workers = penalty["workers"]
-    shares_low, shares_high = min(v.median for v in shares.values()), max(v.median for v in shares.values())
     return {
-        "closest_sentence": closest,
-        "model_error": (f"Every layout reached between {shares_low:.0%} and {shares_high:.0%} of its waiting-only "
-                        "prediction: the prediction is a ceiling on the rate, not a forecast of it."),
         "sleep_extra_text": ", ".join(f"a {asked * 1e3:g} ms sleep took {(asked + more) * 1e3:.2f} ms"
                                       for asked, more in sorted(sleep_extra.items())),
         "start_text": (f"{start_s.median:.2f} s (median of {len(start_s)}; range {start_s.low:.2f}–{start_s.high:.2f})"
