@@ -180,17 +180,18 @@ def test_the_model_error_remainder_follows_the_refined_estimate():
     fast_start = runs(0.01)
     slow = {("network model", layout): runs(rate) for layout, rate in zip(layouts, (100, 200, 300, 400))}
     text = ch07.model_error_figures(slow, _penalty(predicted), {0.0005: 0.0}, fast_start)["remainder_text"]
-    assert "Short of it (the folder, the zip through ZipFile, the zip with pread and tar shards) is what" in text
+    assert "of this estimate. What keeps them short of it is what the model still leaves out" in text  # all four
     near = {("network model", layout): runs(rate) for layout, rate in zip(layouts, (230, 462, 784, 990))}
     text = ch07.model_error_figures(near, _penalty(predicted), {0.0005: 0.0001}, runs(0.25))["remainder_text"]
     # The folder, the pread zip and the tar shards reach 98-101 % of the refined estimate, the zip 81 %.
-    assert text == ("The measured rates reached between 81% and 101% of this estimate. Short of it (the zip through "
-                    "ZipFile) is what the model still leaves out and this section does not measure apart: the CPU work "
+    assert text == ("The measured rates reached between 81% and 101% of this estimate. What keeps the zip through "
+                    "ZipFile short of it is what the model still leaves out and this section does not measure "
+                    "apart: the CPU work "
                     "of each read (opening, parsing, collating, passing batches between processes), which the warm "
                     "column shows without any waiting.")
     exact = {("network model", layout): runs(rate) for layout, rate in zip(layouts, (230, 571, 774, 1011))}
     text = ch07.model_error_figures(exact, _penalty(predicted), {0.0005: 0.0001}, runs(0.25))["remainder_text"]
-    assert "These three account for nearly all of the gap" in text and "Short of it" not in text
+    assert "These three account for nearly all of the gap" in text and "short of it" not in text
     above = {("network model", layout): runs(rate) for layout, rate in zip(layouts, (300, 571, 774, 1011))}
     text = ch07.model_error_figures(above, _penalty(predicted), {0.0005: 0.0001}, runs(0.25))["remainder_text"]
     assert "Above it (the folder), the estimate overcharged" in text

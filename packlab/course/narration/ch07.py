@@ -201,7 +201,8 @@ def model_error_figures(rates: dict, penalty: dict, sleep_extra: dict[float, flo
     if not below and not above:
         remainder += f" These three account for nearly all of the gap; what is left is no more than {cpu} adds."
     if below:
-        remainder += (f" Short of it ({names_text(below)}) is what the model still leaves out and this section does "
+        who = "them" if len(below) == len(_LAYOUT_NAMES) else names_text(below)
+        remainder += (f" What keeps {who} short of it is what the model still leaves out and this section does "
                       f"not measure apart: {cpu}.")
     if above:
         remainder += (f" Above it ({names_text(above)}), the estimate overcharged, most likely in the start, which "
