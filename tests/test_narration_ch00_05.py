@@ -43,7 +43,7 @@ def well_formed(text: str) -> None:
 
 #: (name, the helper's arguments for one case's spread, helper); the helpers of EXPLANATIONS
 #: explain a verdict stated in the sentence before them, so they need not repeat "clearly".
-EXPLANATIONS = {"ch03.lock_cache_sentence", "ch03.lock_model_sentence"}
+EXPLANATIONS = {"ch03.lock_cache_sentence", "ch03.lock_model_sentence", "ch03.workers_explanation"}
 TWO_SPREAD_HELPERS = [
     ("ch01.workers_verdict", lambda a: (a, BASE), ch01.workers_verdict),
     ("ch01.same_loader_verdict", lambda a: (a, BASE), ch01.same_loader_verdict),
@@ -57,7 +57,8 @@ TWO_SPREAD_HELPERS = [
     ("ch02.raw_readers_sentence", lambda a: (a, BASE, 60.0, 40.0), ch02.raw_readers_sentence),
     ("ch02.cold_sentence", lambda a: (a, BASE, BASE, BASE), ch02.cold_sentence),
     ("ch03.workers_verdict", lambda a: (a, BASE), ch03.workers_verdict),
-    ("ch03.workers_summary", lambda a: (a, BASE), ch03.workers_summary),
+    ("ch03.workers_summary", lambda a: (a, BASE, 64), ch03.workers_summary),
+    ("ch03.workers_explanation", lambda a: (a, BASE, 64, 30.0, 1.5, 2), ch03.workers_explanation),
     ("ch03.lock_sentence", lambda a: (a, BASE, "raw"), ch03.lock_sentence),
     ("ch03.lock_cache_sentence", lambda a: (a, BASE, "30"), ch03.lock_cache_sentence),
     ("ch03.lock_model_sentence", lambda a: (a, BASE, 1.5, 2), ch03.lock_model_sentence),
@@ -112,6 +113,17 @@ def test_layout_verdict_names_only_the_pairs_compare_tells_apart():
     text = ch05.layout_verdict({"folder": BASE, "zip": SAME, "tar": HIGHER})
     assert text == ("folder 1.5 times slower than tar; zip 1.5 times slower than tar "
                     "(the other pairs: no clear difference)")
+
+
+def test_chapter_3_explains_the_workers_result_whichever_way_it_falls():
+    won = ch03.workers_explanation(HIGHER, BASE, 64, 30.0, 1.5, 2)
+    assert "at most about twice" in won and "opens the archive" not in won
+    for spread, outcome in ((LOWER, "The workers lost here"), (SAME, "The workers did not clearly gain here")):
+        text = ch03.workers_explanation(spread, BASE, 64, 30.0, 1.5, 2)
+        assert text.startswith(outcome) and "at most about twice" not in text, text
+        assert "0.62 s for the 64 images" in text and "(30 ms" in text and "1.5 on 2 cores" in text, text
+    assert ch03.workers_summary(LOWER, BASE, 64).startswith("clearly slower than one process over 64 images (68 against 102")
+    assert ch03.workers_summary(HIGHER, BASE, 64).startswith("1.50 times as fast as one process over 64 images")
 
 
 def test_error_kinds_counts_the_read_that_was_spoiled():
