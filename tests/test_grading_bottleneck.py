@@ -110,7 +110,8 @@ def measure(loader, consume, repeats=6, threads=1, *, startup_in_rate=(), count_
     rounds = fixed_repeats or repeats
     try:
         if turns:
-            result = interleaved(runs, rounds)
+            # Without a warm-up the first loader run collects the consumer's batches, so it must come first.
+            result = interleaved(runs, rounds, order="fixed" if warm_up == "none" else "balanced")
         else:
             result = {name: Spread(tuple(run() for _ in range(rounds))) for name, run in runs.items()}
     finally:
@@ -233,7 +234,10 @@ def test_the_mistakes_are_real():
     assert loader_rate(startup_in_rate=("loader",)) < 0.5 * steady
     assert loader_rate(count_first=True) > 1.2 * steady  # 4 batches' images over the time of 3
     cold = PlainLoader(cold=8.0)
-    assert measure(cold, consume, 5, 3, warm_up="one batch")["loader"].low < 0.5 * steady
+    # Whichever run comes first after one warm batch reads the rest cold: the loader alone (steady 8,000
+    # images/s) or the two together (steady 5,333, cold about 940); both stay above 4,000 when warm.
+    cold_result = measure(cold, consume, 5, 3, warm_up="one batch")
+    assert min(cold_result["loader"].low, cold_result["together"].low) < 0.5 * steady
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(5)

@@ -17,7 +17,7 @@ careless measurement falls into:
   count asked for, which is neither of those either;
 * a slow loader, which a consumer timed while loading would seem to share;
 * runs that must take turns: the fakes log what was measured in which order (the loader
-  alone, the consumer alone, the two together), and ``LLLCCCTTT`` is not ``LCTLCTLCT``;
+  alone, the consumer alone, the two together), and ``LLLCCCTTT`` is not ``LCTCTLTLC``;
 * differences on which :func:`packlab.bench.compare` and simpler rules disagree: a
   loader and a consumer within about 2 % in every run (below its 5 % minimum, though the
   ranges may not touch), a loader whose runs alternate between fast and slow around a
@@ -324,7 +324,7 @@ def _startup(ctx: Context) -> str:
 
 def _warm(ctx: Context) -> str:
     run = _run(ctx, "cold")
-    loader, result = run.loader, run.result
+    loader, consumer, result = run.loader, run.consumer, run.result
     slowest = result["loader"].low
     if slowest < 0.4 * loader.rate:
         raise PartFailed(
@@ -332,7 +332,18 @@ def _warm(ctx: Context) -> str:
             f"from cold storage ({loader.cold_factor:.0f} times slower than the warm {loader.rate:.0f} images/s). "
             "Reading one batch warms one batch: read the whole epoch once, untimed, before measuring"
         )
-    return f"no timed run was a cold first read (slowest loader run {slowest:.0f} images/s)"
+    # The runs take turns in a changing order, so the first timed read may be the two together:
+    # a cold first read there slows 'together' (by about 2.8 times in this scenario), not the loader.
+    serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+    slowest_together = result["together"].low
+    if slowest_together < 0.6 * serial:
+        raise PartFailed(
+            f"the slowest of your runs of the two together delivered {slowest_together:.0f} images/s, against about "
+            f"{serial:.0f} warm: it read batches for the first time, from cold storage ({loader.cold_factor:.0f} "
+            "times slower). Reading one batch warms one batch: read the whole epoch once, untimed, before measuring"
+        )
+    return (f"no timed run was a cold first read (slowest loader run {slowest:.0f} images/s, slowest together "
+            f"{slowest_together:.0f})")
 
 
 def _threads(ctx: Context) -> str:
@@ -358,9 +369,20 @@ def _threads(ctx: Context) -> str:
     return f"every consumer call ran with the {asked} threads asked for; the session's {session} were restored"
 
 
-def _blocks(passes: list[str]) -> int:
-    """How many runs of one kind there are in ``passes`` (``LLCCTT`` has 3; ``LCTLCT`` has 6)."""
-    return sum(1 for i, kind in enumerate(passes) if i == 0 or passes[i - 1] != kind)
+def _longest_stretch(passes: list[str]) -> int:
+    """The most runs of one kind in a row in ``passes`` (``LLLCTT`` has 3; ``LCTTCL`` has 2).
+
+    Runs that take turns, whatever order each round has, never put more than two of a kind
+    in a row (the last of one round, the first of the next). Consecutive consumer runs log
+    one ``"C"``, so only loader epochs (``L``, ``T``) are counted here.
+    """
+    longest, previous, count = 0, None, 0
+    for kind in passes:
+        count = count + 1 if kind == previous else 1
+        previous = kind
+        if kind != "C":
+            longest = max(longest, count)
+    return longest
 
 
 def _turns(ctx: Context) -> str:
@@ -372,15 +394,21 @@ def _turns(ctx: Context) -> str:
                 raise PartFailed(f"result[{name!r}] holds {count} runs; with repeats={run.repeats} measure each "
                                  f"thing {run.repeats} times")
         passes = run.loader.passes[1:]  # the first epoch is the warm-up
-        if _blocks(passes) < 2 * run.repeats:
+        # Taking turns puts at most two epochs of a kind in a row; four when a second mistake makes two
+        # things log the same kind (the consumer timed while loading, 'together' read without training).
+        # Blocks of all runs of one kind (repeats is 5 or 6) are longer. Taking turns, two consumer runs
+        # in a row log one "C" at most: fewer than repeats / 2 of them means its runs were bunched.
+        bunched_consumer = "C" in passes and 2 * passes.count("C") < run.repeats
+        if _longest_stretch(passes) > 4 or bunched_consumer:
             order = "".join(passes)
             raise PartFailed(
                 f"with repeats={run.repeats} your measurements came in this order (L: the loader alone, C: the consumer "
                 f"alone, T: together): {order[:40]}{'...' if len(order) > 40 else ''}. They did not take turns, so a "
                 "change in the machine's speed while you measure (another job starting, a fan, a cache) favours "
-                "whichever came first. Measure loader, consumer, together; then again (packlab.bench.interleaved)"
+                "whichever came first. Measure each once per round, then the next round "
+                "(packlab.bench.interleaved, which also changes the order from round to round)"
             )
-    return "`repeats` runs of each, taking turns (loader, consumer, together; and again)"
+    return "`repeats` runs of each, taking turns (each once per round)"
 
 
 def _decides(ctx: Context) -> str:
