@@ -102,9 +102,6 @@ def mds_order(folder: Path, seed: int, algo: str = "py1e", workers: int = 2, bat
     """
     _quiet_imports()
     from streaming import StreamingDataset
-    from streaming.base.util import clean_stale_shared_memory
-
-    clean_stale_shared_memory()
     options = {"streams": streams} if streams is not None else {"local": str(folder)}
     if block is not None:
         options["shuffle_block_size"] = block
