@@ -154,6 +154,9 @@ def write(changes: dict[str, str], path: Path | None = None) -> dict[str, str]:
             current[name] = configured(name, value.strip())
         else:
             current.pop(name, None)
+    if not current:  # nothing left to set: no file, as on a fresh clone
+        path.unlink(missing_ok=True)
+        return current
     lines = ["# This checkout's course settings, written by `make configure NAME=value ...` (git-ignored).",
              "# Read by the Makefile (-include) and by packlab (packlab/settings.py); a value set on the",
              "# command line or in the environment wins over the one here (hence ?=).", ""]
