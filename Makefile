@@ -275,8 +275,9 @@ distclean: clean
 # wheelhouse/): made at home, on a good network, on one machine of each kind the room brings
 # (Linux x86_64, macOS arm64; into the same folder). At the venue, without network:
 #   make setup WHEELHOUSE=/media/usb/wheelhouse
-# installs from that folder alone (uv --offline --no-index --find-links). pip downloads them:
-# uv has no download command. On Linux torch comes from PyTorch's CPU index where reachable.
+# installs from that folder alone (uv --offline --no-index --find-links). pip downloads them
+# (uv has no download command), --isolated: from PyPI as uv sees it, whatever a pip.conf adds.
+# On Linux torch comes from PyTorch's CPU index where reachable.
 wheelhouse: WHEELHOUSE := $(or $(WHEELHOUSE),wheelhouse)
 wheelhouse:
 	@set -e; $(find_uv); \
@@ -286,7 +287,7 @@ wheelhouse:
 	  else echo "NOTE: so torch comes from PyPI, with its CUDA libraries"; fi; \
 	fi; \
 	mkdir -p "$(WHEELHOUSE)"; \
-	pip="$$uv tool run --python $(PYTHON) --from pip pip"; \
+	pip="$$uv tool run --python $(PYTHON) --from pip pip --isolated"; \
 	$$pip download --dest "$(WHEELHOUSE)" $$extra $$($(BOOTSTRAP_PYTHON) -m packlab.course.installed --wheelhouse-requirements); \
 	$$pip download --dest "$(WHEELHOUSE)" --no-deps $$($(BOOTSTRAP_PYTHON) -m packlab.course.nodeps); \
 	du -sh "$(WHEELHOUSE)"; echo "at the venue: make setup WHEELHOUSE=$$(cd "$(WHEELHOUSE)" && pwd)"
