@@ -52,7 +52,7 @@ DEFAULTS = {
     "PACKLAB_COUNT": "10000",
     "PACKLAB_DATA": "data/ in the repository",
     "VENV": ".venv",
-    "TORCH_BACKEND": "cpu on Linux, else pypi",
+    "TORCH_BACKEND": "cpu" if sys.platform.startswith("linux") else "pypi",  # the Makefile's: cpu on Linux
 }
 #: Settings that hold a folder: written as absolute paths, so they mean the same from any directory.
 FOLDERS = ("PACKLAB_DATA", "VENV")
