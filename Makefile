@@ -18,8 +18,8 @@ PY := $(VENV)/bin/python
 # uv is bootstrapped here from PyPI when it is not on PATH, with this Python (any 3.8+).
 TOOLS := .tools
 BOOTSTRAP_PYTHON ?= python3
-# The oldest uv that honours TORCH_BACKEND (uv's --torch-backend left preview in 0.7.14; an
-# older one ignores UV_TORCH_BACKEND without a word and installs PyPI's CUDA build).
+# The oldest uv whose --torch-backend is more than a preview (0.7.14); a uv without it ignores
+# UV_TORCH_BACKEND without a word and installs PyPI's CUDA build.
 MIN_UV := 0.7.14
 # uv does not download a Python of its own unless asked: the course uses the machine's.
 # Where the machine's Python is too old, `make setup UV_PYTHON_DOWNLOADS=automatic PYTHON=3.12`
@@ -78,7 +78,7 @@ if [ -z "$$uv" ]; then \
 fi; \
 uv_version=$$("$$uv" --version | awk '{print $$2}'); \
 if [ "$$(printf '%s\n%s\n' "$(MIN_UV)" "$$uv_version" | sort -V | head -n 1)" != "$(MIN_UV)" ]; then \
-  echo "uv $$uv_version ($$uv) is older than $(MIN_UV), the first that honours TORCH_BACKEND: update it" >&2; \
+  echo "uv $$uv_version ($$uv) is older than $(MIN_UV), whose --torch-backend (TORCH_BACKEND) is more than a preview: update it" >&2; \
   echo "  (\`uv self update\`, or \`pip install --upgrade uv\`), or take it off PATH and make installs a current one into $(TOOLS)/" >&2; \
   exit 1; \
 fi
@@ -135,7 +135,8 @@ setup-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	@set -e; \
-	if $(PY) -m packlab.course.installed --dev; then touch $@; exit 0; fi; \
+	status=0; $(PY) -m packlab.course.installed --dev || status=$$?; \
+	if [ $$status -eq 0 ]; then touch $@; exit 0; elif [ $$status -eq 2 ]; then exit 1; fi; \
 	$(find_uv); \
 	$(UV_INSTALL) -e '.[dev]'
 	@touch $@
@@ -161,7 +162,7 @@ data: setup
 system-deps: setup
 	$(PY) -m packlab.course.system_deps
 
-# A go/no-go check of this machine (packlab/course/doctor.py); without make, from the
+# A go/no-go check of this machine (packlab/course/doctor/); without make, from the
 # repository: python3 -m packlab.course.doctor (any Python 3; it says what is missing).
 # It sets up and generates the data first (half a minute), so that READY is reachable in one
 # step; a data generation that fails does not stop it: the doctor says why on its data line.

@@ -290,8 +290,9 @@ def check_uv(f: Facts) -> Result:
     if f.uv_version >= MIN_UV:
         return Result("uv", True, f"{version} ({f.uv_path})")
     return Result(
-        "uv", False, f"{version} ({f.uv_path}) is older than {least}: it ignores TORCH_BACKEND without a word and "
-                     "installs PyPI's torch with 3.6 GB of CUDA libraries",
+        "uv", False, f"{version} ({f.uv_path}) is older than {least}, whose --torch-backend is more than a preview: "
+                     "an older uv may ignore TORCH_BACKEND without a word and install PyPI's torch with 3.6 GB of "
+                     "CUDA libraries",
         "update it: `uv self update` (or `pip install --upgrade uv`); or take it off PATH, and `make setup` "
         "installs a current one into .tools/")
 
