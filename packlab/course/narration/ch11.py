@@ -77,8 +77,8 @@ def pays_sentence(a: Spread, b: Spread, what: str) -> str:
         return f"{what} paid here: {ratio_words(a, b)} end to end"
     if verdict < 0:
         return f"{what} cost here: {ratio_words(a, b)} end to end"
-    return (f"{what} made no clear difference end to end here; on this two-core machine the conversion it moves "
-            "into the training process still needs one of the same two cores")
+    return (f"{what} made no clear difference end to end here; on a CPU-only machine the conversion it moves "
+            "into the training process still runs on the same cores as the workers")
 
 
 def draft_sentence(scales: Mapping[int, int]) -> str:
