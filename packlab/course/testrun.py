@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +49,8 @@ PHASES = ("serial", "notebooks", "unit", "browser", "notebooks-small")
 STAGES = (("serial",), ("notebooks",), ("unit", "browser", "notebooks-small"))
 #: The small-data mode's size (setup.md recommends it for a JupyterHub with a small quota).
 SMALL_COUNT = 2000
+#: The small-data phase's notebooks run behind the unit tests for the cores (``nice``, where there is one).
+NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
 #: Where the small-data phase converts its notebooks and generates its dataset.
 NBTEST_SMALL_DIR = Path("_build") / "nbtest-small"
 SMALL_DATA_DIR = Path("_build") / "small-data"
@@ -70,8 +73,6 @@ def notebook_sources(root: Path) -> list[Path]:
 
 def convert_notebooks(root: Path, out_dir: Path = NBTEST_DIR) -> list[Path]:
     """Write each MyST notebook as ``<out_dir>/<folder>/<name>.ipynb`` for nbval (default ``_build/nbtest/``); return the paths."""
-    import shutil
-
     import jupytext  # in this process: one ``python -m jupytext`` per notebook cost ~5 s each on 2 cores
 
     out = root / out_dir
@@ -108,8 +109,9 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
         # Its own temporary folder: it runs beside the unit tests' session.
         "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache",
                     "-n", "2", "--dist", "loadfile", f"--basetemp={paths.build_dir() / 'pytest-browser'}"],
-        # Not handed to the book's cache: these runs measure the small dataset beside the unit tests.
-        "notebooks-small": [*pytest, *map(str, small_notebooks or []), "--nbval-lax", "--nbval-current-env",
+        # Not handed to the book's cache: these runs measure the small dataset beside the unit tests, at a lower
+        # priority (nice), so that the unit tests that wait with a timeout get the cores first.
+        "notebooks-small": [*NICE, *pytest, *map(str, small_notebooks or []), "--nbval-lax", "--nbval-current-env",
                             f"--nbval-cell-timeout={cell_timeout}", f"--basetemp={paths.build_dir() / 'pytest-small'}"],
     }
 
