@@ -66,7 +66,7 @@ def small_file_penalty(
         held = _keys_in_shards(shards)
         manifest = [s for s in manifest if s.key in held]
 
-    def rate(dataset, batch_size=64) -> float:
+    def rate(dataset, batch_size=BATCH_SIZE) -> float:
         # Map-style datasets are read in shuffled order, as in training; tar shards in order, as designed.
         shuffle = not isinstance(dataset, torch.utils.data.IterableDataset)
         generator = torch.Generator().manual_seed(0)
@@ -113,10 +113,73 @@ def small_file_penalty(
     out["modelled_files_per_s"] = modelled
     out["tar_vs_folder_modelled"] = modelled["tar"] / modelled["folder"]
     prediction = storage.predict_reading(model, [s.bytes for s in manifest], [os.path.getsize(p) for p in shards])
+    out["prediction"] = prediction
     out["predicted_files_per_s"] = {
         layout: workers_or_one(workers) * rate for layout, rate in prediction["files_per_s"].items()
     }
+    # What the prediction assumes away: the files each layout read under the model, and how many of them the
+    # busiest reader read (batches of 64 go to the workers in turn; each worker reads its own shards).
+    files_read = {"folder": len(some_keys), "zip": len(all_keys), "zip_pread": len(all_keys), "tar": len(all_keys)}
+    out["files_read_modelled"] = files_read
+    shard_samples_held = [len(_keys_in_shards([shard])) for shard in shards]
+    out["busiest_reader_files"] = {
+        **{layout: busiest_reader_files(files_read[layout], BATCH_SIZE, workers) for layout in ("folder", "zip", "zip_pread")},
+        "tar": max(sum(shard_samples_held[w::workers_or_one(workers)]) for w in range(workers_or_one(workers))),
+    }
     return out
+
+
+#: Samples per batch of :func:`small_file_penalty`'s loaders.
+BATCH_SIZE = 64
+
+
+def busiest_reader_files(files: int, batch_size: int, workers: int) -> int:
+    """Files the busiest reader reads when ``files`` are batched by ``batch_size`` for ``workers`` workers.
+
+    A DataLoader hands its batches to the workers in turn, so 100 files in batches of 64
+    give one worker 64 and the other 36: the epoch lasts as long as the 64 take, not the 50
+    an even split would give. With no workers the main process reads them all.
+    """
+    readers = workers_or_one(workers)
+    sizes = [min(batch_size, files - start) for start in range(0, files, batch_size)]
+    return max(sum(sizes[w::readers]) for w in range(readers)) if sizes else 0
+
+
+def sleep_overshoot_s(seconds: float, times: int = 50) -> float:
+    """How much longer than asked ``time.sleep(seconds)`` takes here: the median of ``times`` sleeps.
+
+    The network model waits with ``time.sleep``; the kernel wakes a sleeper a little after
+    the time asked (timer slack, then a turn on a core), more so on a busy machine.
+    """
+    import statistics
+    import time
+
+    extra = []
+    for _ in range(times):
+        start = time.perf_counter()
+        time.sleep(seconds)
+        extra.append(time.perf_counter() - start - seconds)
+    return statistics.median(extra)
+
+
+def worker_start_s(workers: int) -> float:
+    """Seconds from creating a DataLoader's iterator to its first batch, with nothing to read.
+
+    What every epoch of the measurement pays before any reading: starting ``workers``
+    workers (``fork``) and a first round trip through them.
+    """
+    import time
+
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(workers_or_one(workers))), batch_size=1, num_workers=workers,
+                        multiprocessing_context="fork" if workers else None)
+    start = time.perf_counter()
+    iterator = iter(loader)
+    next(iterator)
+    seconds = time.perf_counter() - start
+    del iterator  # the workers stop here
+    return seconds
 
 
 def _small_shards(samples, shard_samples: int, root) -> list[str]:

@@ -54,6 +54,7 @@ from packlab.formats import (
     write_npz,
     write_parquet,
 )
+from packlab.bench import Spread, compare, ranking, round_orders
 from packlab.formats import bench as formats_bench
 from packlab.loaders.skipping import BadSampleWarning, collate_skipping_bad
 from packlab.loaders.tar import ShardSplitError, skip_decode
@@ -451,38 +452,157 @@ def test_which_formats_notice_a_damaged_byte_in_an_image(ext, detected, written,
 
 def test_the_formats_measurement_reports_every_layout_and_column(small_root, small_manifest, tmp_path):
     results = formats_bench.measure_formats(small_manifest[:20], root=small_root, workdir=tmp_path / "bench",
-                                            runs=1, budget_s=0.2)
+                                            runs=2, budget_s=0.2, read_samples=small_manifest[:40], random_reads=8)
     rows = formats_bench.table_rows(results)
-    assert [r["layout"] for r in rows] == ["folder", "zip", "tar", "lmdb", "hdf5", "parquet", "npz"]
+    names = ["folder", "zip", "tar", "lmdb", "hdf5", "parquet", "npz"]
+    assert [r["layout"] for r in rows] == names
     for row in rows:
         assert len(row) == 4 + 6
     lmdb_row = rows[3]
     assert lmdb_row["random, network model (samples/s)"] == "n/a" and rows[2]["random, warm (samples/s)"] == "n/a"
     assert np.isfinite(results["layouts"]["zip"]["rates"]["random"]["warm"][0])
+    # The layouts take their turns in the counterbalanced order of packlab.bench.round_orders.
+    assert results["orders"] == [[names[i] for i in row] for row in round_orders(len(names), 2, seed=0)]
+    # The reads went to the read set, written once: 40 samples in every layout.
+    assert results["read_samples"] == 40 and results["random_reads"] == 8
+    assert sorted(p.name for p in (tmp_path / "bench" / "read-set").iterdir()) == sorted(names)
     if results["cold_level"] is not None:  # the eviction is checked: nothing of a layout stays cached
         for name, entry in results["layouts"].items():
             assert entry["resident"]["after dropping"] < 0.05, (name, entry["resident"])
+            assert 0 < entry["cold_read_share"] <= 1, (name, entry["cold_read_share"])
+        assert {row["layout"] for row in formats_bench.residency_rows(results)} == set(names)
+
+
+def test_random_lmdb_reads_open_the_environment_without_readahead(written):
+    layout = next(layout for layout in formats_bench.LAYOUTS if layout.name == "lmdb")
+    dataset = layout.random(written["lmdb"], None)
+    try:
+        dataset[0]
+        assert open_environment(written["lmdb"]).flags()["readahead"] is False
+    finally:
+        dataset.close()
+
+
+@pytest.mark.parametrize("count, reads", [(2000, 32), (1000, 7), (10, 32)])
+def test_random_reads_are_spread_out_and_drawn_anew_with_each_seed(count, reads):
+    indices = formats_bench.spread_indices(count, reads, seed=3)
+    assert len(indices) == len(set(indices)) == min(count, reads)
+    assert all(0 <= i < count for i in indices)
+    ordered = sorted(indices)
+    if reads < count:  # evenly spread: neighbours are count / reads apart (give or take rounding)
+        assert min(b - a for a, b in zip(ordered, ordered[1:])) >= count // reads
+        assert indices != ordered  # and read in a random order
+    assert formats_bench.spread_indices(count, reads, seed=3) == indices
+    assert formats_bench.spread_indices(count, reads, seed=4) != indices
+
+
+class _Recording(torch.utils.data.Dataset):
+    """A map-style dataset that records which indices were read."""
+
+    def __init__(self, length: int):
+        self.length, self.read = length, []
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        self.read.append(index)
+        return torch.tensor(index)
+
+
+def test_a_warm_read_repeats_exactly_the_samples_the_cold_read_read():
+    dataset = _Recording(100)
+    order = [7, 3, 50, 21, 9, 88, 60, 1]
+    rate, once = formats_bench.read_rate(dataset, budget_s=10.0, indices=order)
+    assert once == len(order) and dataset.read == order and rate > 0
+    dataset.read.clear()
+    _, again = formats_bench.read_rate(dataset, budget_s=0.05, indices=order, count=5, repeat=True)
+    assert again == 5 and len(dataset.read) > 5  # repeated until the budget ran out...
+    assert set(dataset.read) == set(order[:5])  # ...never reading a sample the first read had not read
+
+
+def test_a_ranking_compares_neighbours_not_the_best_with_everyone():
+    def runs(centre):
+        return Spread.of(centre * (1 + 0.01 * (i - 2.5)) for i in range(6))
+
+    # a, b, c 4 % apart in turn: no step between neighbours reaches the 5 % minimum, though a is clearly above c.
+    chain = {"c": runs(100), "a": runs(108.16), "b": runs(104)}
+    assert compare(chain["a"], chain["c"]) == 1
+    assert ranking(chain) == [("a", None), ("b", False), ("c", False)]
+    steps = {"slow": runs(50), "fast": runs(200), "mid": runs(100), "mid2": runs(101)}
+    assert ranking(steps) == [("fast", None), ("mid2", True), ("mid", False), ("slow", True)]
+    # Seconds: the lowest first, and a clear step is a clearly longer time.
+    assert ranking(steps, higher=False) == [("slow", None), ("mid", True), ("mid2", False), ("fast", True)]
+    assert ranking({"only": runs(1)}) == [("only", None)]
 
 
 def test_format_verdicts_follow_the_course_comparison():
     assert formats_bench.compare([5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 4.5, 4.8]) == "higher"
     assert formats_bench.compare([3, 4], [1, 2]) == "no clear difference"  # two runs each can never be clear
-    tied, rest = formats_bench.leaders({"a": [10, 11, 12, 13, 14, 15], "b": [10.5, 11, 12, 13, 14, 15.5],
-                                        "c": [1, 2, 3, 4, 5, 6]})
-    assert set(tied) == {"a", "b"} and rest == ["c"]
+    assert formats_bench.ranked({"a": [10, 11, 12, 13, 14, 15], "b": [10.5, 11, 12.5, 13.5, 14, 15.5],
+                                 "c": [1, 2, 3, 4, 5, 6]}) == [("b", None), ("a", False), ("c", True)]
 
 
 def test_ranking_sentences_read_correctly_whatever_the_verdicts():
     from packlab.course.narration import ch09
 
     same = {name: [100 + i for i in range(6)] for name in ("lmdb", "folder", "zip")}
-    assert ch09.ranking_sentence(same, "Random reads, warm") == (
-        "Random reads, warm: no clear difference between any of the 3 layouts (medians from 102 to 102 samples/s).")
+    sentence = ch09.ranking_sentence(same, "Random reads, warm")
+    assert sentence.startswith("Random reads, warm, fastest first: ")
+    assert sentence.count("no clear difference from") == 2 and sentence.endswith("No step between neighbours was clear.")
     clear = {"zip": [200 + i for i in range(6)], "tar": [100 + i for i in range(6)], "npz": [187 + i for i in range(6)]}
-    sentence = ch09.ranking_sentence(clear, "Sequential reads, cold")
-    assert sentence.startswith("Sequential reads, cold, zip was fastest (zip 202 samples/s); ")
-    assert "tar 2.0× slower" in sentence and "npz 1.07× slower" in sentence
+    sentence = ch09.ranking_sentence(clear, "Sequential reads, warm")
+    # Each factor is against the neighbour above: tar against npz (1.8x), not against zip (2.0x).
+    assert sentence == ("Sequential reads, warm, fastest first: zip 202 samples/s; npz 190, 1.07× slower than zip; "
+                        "tar 102, 1.8× slower than npz.")
     writing = ch09.ranking_sentence({"a": [1.0] * 6, "b": [2.0 + i / 100 for i in range(6)]}, "Writing", unit="s",
                                     highest=False, digits=2)
-    assert writing == "Writing, a was quickest (a 1.00 s); b 2.0× longer."
-    assert ch09.standing(clear, "zip") == "among the fastest" and ch09.standing(clear, "tar").endswith("slower than zip")
+    assert writing == "Writing, quickest first: a 1.00 s; b 2.02, 2.0× longer than a."
+    assert ch09.standing(clear, "zip") == "the fastest of 3, clearly ahead of npz, the next (1.07×)"
+    assert ch09.standing(clear, "tar") == "third of 3, 1.8× slower than npz, the next faster"
+    assert ch09.standing(same, "zip") == "third of 3, no clear difference from folder, the next faster"
+    assert ch09.standing(same, "lmdb") == "the fastest of 3, not clearly ahead of folder, the next"
+
+
+def _results(cold: dict, warm: dict, resident: dict | None = None) -> dict:
+    """Measurement results as measure_formats returns them, for the random access only."""
+    layouts = {}
+    for name in cold:
+        layouts[name] = {"rates": {"random": {"cold": cold[name], "warm": warm[name], "network model": None},
+                                   "sequential": None},
+                         "resident": (resident or {}).get(name, {}), "cold_read_share": 0.02}
+    return {"layouts": layouts, "readahead_kb": 8192}
+
+
+def test_no_cold_verdict_where_the_cold_reads_were_not_clearly_colder():
+    from packlab.course.narration import ch09
+
+    six = lambda centre: [centre + i for i in range(6)]  # noqa: E731
+    results = _results(cold={"folder": six(300), "zip": six(150), "lmdb": six(6000), "npz": [100, 900, 200, 800, 300, 700]},
+                       warm={"folder": six(3000), "zip": six(3000), "lmdb": six(5000), "npz": six(600)})
+    sentence = ch09.cold_sentence(results, "random")
+    ranked, rest = sentence.split(". ", 1)
+    assert ranked == "Random reads, cold, fastest first: folder 302 samples/s; zip 152, 2.0× slower than folder"
+    assert "lmdb" not in ranked and "npz" not in ranked  # no verdict on a cold figure as fast as the warm one
+    assert "For lmdb the cold read was not colder than the warm one here (lmdb 6,002 cold against 5,002 warm" in rest
+    assert "host" in rest and "SSD" in rest
+    assert "For npz the cold median was lower than the warm one" in rest and "drawn from it either." in rest
+    none_colder = _results(cold={"lmdb": six(6000)}, warm={"lmdb": six(5000)})
+    assert ch09.cold_sentence(none_colder, "random").startswith(
+        "Random reads, cold: no layout read clearly slower cold than warm. For lmdb the cold read was not colder")
+
+
+def test_the_residency_sentence_speaks_of_each_layout():
+    from packlab.course.narration import ch09
+
+    six = [1.0] * 6
+    resident = {"folder": {"before": 1.0, "after dropping": 0.0, "after the cold read": 0.02},
+                "tar": {"before": 0.0, "after dropping": 0.0, "after the cold read": 0.1},
+                "lmdb": {"before": 0.5, "after dropping": 0.001, "after the cold read": 0.021}}
+    results = _results({n: six for n in resident}, {n: six for n in resident}, resident)
+    text = ch09.residency_text(results)
+    assert "folder 100%, tar 0%, lmdb 50%" in text and "at least" not in text
+    assert "less than 1% of any layout's, so the cold reads started from the disk" in text
+    assert "folder 1.00×, tar 5.0×, lmdb 1.00×" in text and "8,192 KiB" in text
+    resident["tar"]["after dropping"] = 0.3
+    assert "tar still had 30% of its pages cached, so its cold figure is partly warm" in ch09.residency_text(results)

@@ -19,7 +19,8 @@ CHAPTERS = sorted((paths.repo_root() / "chapters").glob("[0-9][0-9]_*.md"))
 BLOCK = re.compile(r"```\{admonition\} Key points\n:class: important\n(.*?)\n```\n", re.S)
 #: What marks a measurement or a verdict of this build in a sentence: a measured value ({eval}), or words
 #: that point at this run.
-MEASURED = re.compile(r"\{eval\}|\bhere\b|\bthis machine\b|\bthese runs\b|\bin ours\b|\bclearly\b", re.I)
+MEASURED = re.compile(r"\{eval\}|\bhere\b|\bthis machine\b|\bthese runs\b|\bin ours\b|\b(?:was|were) clearly\b"
+                      r"|\bclearly (?:faster|slower|better|worse)\b", re.I)
 MACHINE_LINE = "On this machine: "
 
 

@@ -43,7 +43,7 @@ def well_formed(text: str) -> None:
 
 #: (name, the helper's arguments for one case's spread, helper); the helpers of EXPLANATIONS
 #: explain a verdict stated in the sentence before them, so they need not repeat "clearly".
-EXPLANATIONS = {"ch03.lock_cache_sentence", "ch03.lock_model_sentence"}
+EXPLANATIONS = {"ch03.lock_cache_sentence", "ch03.lock_model_sentence", "ch03.workers_explanation"}
 TWO_SPREAD_HELPERS = [
     ("ch01.workers_verdict", lambda a: (a, BASE), ch01.workers_verdict),
     ("ch01.same_loader_verdict", lambda a: (a, BASE), ch01.same_loader_verdict),
@@ -57,7 +57,8 @@ TWO_SPREAD_HELPERS = [
     ("ch02.raw_readers_sentence", lambda a: (a, BASE, 60.0, 40.0), ch02.raw_readers_sentence),
     ("ch02.cold_sentence", lambda a: (a, BASE, BASE, BASE), ch02.cold_sentence),
     ("ch03.workers_verdict", lambda a: (a, BASE), ch03.workers_verdict),
-    ("ch03.workers_summary", lambda a: (a, BASE), ch03.workers_summary),
+    ("ch03.workers_summary", lambda a: (a, BASE, 64), ch03.workers_summary),
+    ("ch03.workers_explanation", lambda a: (a, BASE, 64, 30.0, 1.5, 2), ch03.workers_explanation),
     ("ch03.lock_sentence", lambda a: (a, BASE, "raw"), ch03.lock_sentence),
     ("ch03.lock_cache_sentence", lambda a: (a, BASE, "30"), ch03.lock_cache_sentence),
     ("ch03.lock_model_sentence", lambda a: (a, BASE, 1.5, 2), ch03.lock_model_sentence),
@@ -114,6 +115,17 @@ def test_layout_verdict_names_only_the_pairs_compare_tells_apart():
                     "(the other pairs: no clear difference)")
 
 
+def test_chapter_3_explains_the_workers_result_whichever_way_it_falls():
+    won = ch03.workers_explanation(HIGHER, BASE, 64, 30.0, 1.5, 2)
+    assert "at most about twice" in won and "opens the archive" not in won
+    for spread, outcome in ((LOWER, "The workers lost here"), (SAME, "The workers did not clearly gain here")):
+        text = ch03.workers_explanation(spread, BASE, 64, 30.0, 1.5, 2)
+        assert text.startswith(outcome) and "at most about twice" not in text, text
+        assert "0.62 s for the 64 images" in text and "(30 ms" in text and "1.5 on 2 cores" in text, text
+    assert ch03.workers_summary(LOWER, BASE, 64).startswith("clearly slower than one process over 64 images (68 against 102")
+    assert ch03.workers_summary(HIGHER, BASE, 64).startswith("1.50 times as fast as one process over 64 images")
+
+
 def test_error_kinds_counts_the_read_that_was_spoiled():
     errors = [ValueError("Bad CRC-32 for file '1.jpg'"), ValueError("Bad CRC-32 for file '2.jpg'"),
               ValueError("Bad magic number for file header"), None, KeyError("x")]
@@ -122,8 +134,9 @@ def test_error_kinds_counts_the_read_that_was_spoiled():
 
 
 def test_the_simulation_sentence_and_small_helpers():
-    text = ch01.simulation_sentence({"old": (0.101, 0.6), "new": (0.014, 0.9)})
-    assert "10.1 %" in text and "1.4 %" in text and "90 %" in text
+    text = ch01.simulation_sentence({"old: 3 runs each, ranges": (0.101, 0.6), "course: 5 runs each, compare": (0.012, 0.8),
+                                     "course: 6 runs each, compare": (0.014, 0.9)})
+    assert "10.1 %" in text and "1.2 % and 1.4 %" in text and "80 % and 90 %" in text and "5 runs each and 6" in text
     assert ch01.split_chance(BASE, BASE) == "1.00"
     assert "ms more per image" in ch01.gap_sentence(0.001) and "no slower" in ch01.gap_sentence(-0.001)
     assert ch00.size_against_imagenet(1.0) == "about the same as ImageNet's"
@@ -134,3 +147,38 @@ def test_the_simulation_sentence_and_small_helpers():
 def test_a_single_run_is_reported_without_a_verdict():
     text = ch04.spawn_start_sentence(5.3, 1.1)
     assert "5.3 s" in text and "4.2 s more" in text and "one run of each" in text and not claims_clear(text)
+
+
+def test_the_few_runs_sentence_counts_the_lost_pairs_exactly():
+    from math import comb
+
+    assert ch01.lost_pairs_chance(4, 0) == pytest.approx(2 / comb(8, 4))
+    assert ch01.lost_pairs_chance(5, 1) == pytest.approx(4 / comb(10, 5))  # the review's 4/252: clear at 2 %
+    text = ch01.few_runs_sentence()
+    assert "four runs can never be called clear" in text and "2.9 %" in text
+    assert "Five runs each may lose 1 of their 25 pairs (a chance of 1.6 %)" in text
+    assert "six may lose 3 of their 36" in text
+
+
+def test_the_position_sentences_follow_the_verdicts():
+    clear = {"A": LOWER, "B": BASE}
+    same = {"A": SAME, "B": BASE}
+    text = ch01.position_sentence(clear, same)
+    assert "called A clearly slower, although both are one loader" in text and "saw no clear difference" in text
+    rates = {order: {0.0: {"equal called different": 0.015, "1.3x found": 0.9},
+                     0.15: {"equal called different": false, "1.3x found": 0.7}}
+             for order, false in (("fixed", 0.34), ("shuffled", 0.036), ("balanced", 0.002))}
+    text = ch01.position_simulation_sentence(rates, 0.02)
+    assert "fixed 34.0 % (beyond" in text and "shuffled 3.6 % (beyond" in text and "balanced 0.2 % (within" in text
+    assert "at or under the bound" in text and "70 % against 90 %" in text
+    rates["fixed"][0.0]["equal called different"] = 0.05
+    assert "above the bound" in ch01.position_simulation_sentence(rates, 0.02)
+
+
+def test_the_multiplicity_sentence_counts_the_verdicts_the_chapters_draw():
+    from packlab import paths
+
+    sites = ch01.verdict_sites(paths.repo_root())
+    assert sites["01_jpeg_files.md"] >= 5 and sum(sites.values()) >= 50
+    text = ch01.multiplicity_sentence({"a.md": 30, "b.md": 20}, 0.02)
+    assert "at 50 places" in text and "about 1.0 false" in text and '"' not in text

@@ -187,3 +187,19 @@ def test_a_shared_link_serialises_the_transfers_of_every_process():
 def test_without_a_shared_link_each_reader_has_the_bandwidth_to_itself():
     model = storage.NetworkFSModel(request_s=0.0, bandwidth=1e6)
     assert model.request_seconds(200_000) == pytest.approx(0.2) and "for each reader" in model.describe()
+
+
+def test_what_the_waiting_only_prediction_leaves_out_is_measured_sensibly(tmp_path):
+    from packlab import small_files
+    from packlab.formats import bench as formats_bench
+
+    # Batches go to the workers in turn: 100 files in batches of 64 leave one worker 64 of them.
+    assert small_files.busiest_reader_files(100, 64, 2) == 64
+    assert small_files.busiest_reader_files(300, 64, 2) == 172  # 64 + 64 + 44 against 64 + 64
+    assert small_files.busiest_reader_files(300, 64, 0) == 300  # no workers: the main process reads them all
+    assert small_files.busiest_reader_files(128, 64, 2) == 64
+    # A sleep never takes less than asked; starting workers and a first batch takes some time.
+    assert 0 <= small_files.sleep_overshoot_s(0.0005, times=5) < 0.5
+    assert 0 < small_files.worker_start_s(1) < 60
+    readahead = formats_bench.device_readahead_kb(tmp_path)
+    assert readahead is None or readahead >= 0

@@ -5,7 +5,7 @@ environment, so a release that touched the file in any way sent every attendee's
 ``make lab`` to PyPI, at the venue. Now the Makefile runs this first::
 
     python -m packlab.course.installed          # the attendee's packages (dependencies and no-deps)
-    python -m packlab.course.installed --dev    # those and the dev extra (book and test tools)
+    python -m packlab.course.installed --dev    # those and the dev and dali extras (make setup-dev)
 
 It exits 0 when every pinned distribution is installed at its pinned version (a local
 label such as ``+cpu`` or ``+cu130`` does not count: it is the same release) and
@@ -42,9 +42,9 @@ def _array(text: str, key: str) -> list[tuple[str, str]]:
 
 
 def pinned(root: Path | None = None, dev: bool = False) -> dict[str, str]:
-    """``{distribution: version}`` that ``make setup`` (``dev=True``: ``make setup-dev``) installs."""
+    """``{distribution: version}`` that ``make setup`` (``dev=True``: ``make setup-dev``, the dev and dali extras) installs."""
     text = ((root or paths.repo_root()) / "pyproject.toml").read_text()
-    pins = _array(text, "dependencies") + _array(text, "no-deps") + (_array(text, "dev") if dev else [])
+    pins = _array(text, "dependencies") + _array(text, "no-deps") + (_array(text, "dev") + _array(text, "dali") if dev else [])
     return {name.lower(): pinned_version for name, pinned_version in pins}
 
 
@@ -89,7 +89,7 @@ def conda_advice(root: Path | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m packlab.course.installed", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dev", action="store_true", help="the dev extra too (make setup-dev)")
+    parser.add_argument("--dev", action="store_true", help="the dev and dali extras too (make setup-dev)")
     parser.add_argument("--wheelhouse-requirements", action="store_true",
                         help="instead: print what make wheelhouse downloads with dependencies, one per line")
     args = parser.parse_args(argv)

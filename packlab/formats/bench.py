@@ -2,9 +2,11 @@
 
 :func:`measure_formats` writes the same samples as a folder of JPEGs (a copy), a zip, tar
 shards, LMDB, HDF5, Parquet and ``.npz``, then reads each back, and repeats the whole
-round ``runs`` times, each round visiting the layouts in a rotated order, so that a
-change in the machine's load hits every layout alike. Every figure it reports is the
-median of the rounds with the lowest and highest value beside it.
+round ``runs`` times. The layouts take turns in a counterbalanced order
+(:func:`packlab.bench.round_orders`, the design :func:`packlab.bench.interleaved` uses), so
+that neither a change in the machine's load nor a place in the round (first after the
+caches were dropped, say) falls on one layout more than on the others. Every figure it
+reports is the median of the rounds with the lowest and highest value beside it.
 
 What a read measures: **one reader process, no DataLoader workers, no decoding**. The
 transform only counts the bytes (:func:`packlab.loaders.tar.skip_decode`), so what is
@@ -13,8 +15,14 @@ otherwise hide (every format delivers the same JPEG bytes, and decoding them cos
 same whichever format they came from). A loader with ``W`` workers can read up to ``W``
 times as fast, if the cores and the storage allow.
 
-* **random**: a map-style dataset in shuffled order, as a training epoch reads it (tar
-  shards have no random access);
+* **random**: a map-style dataset read in a random order, as a training epoch reads it:
+  ``random_reads`` samples spread over the whole read set (one drawn from each of as many
+  equal stretches of it, then shuffled; :func:`spread_indices`), a new draw each round.
+  Spreading them keeps any two reads apart by more than the kernel's readahead fetches
+  around one read, so no read finds its bytes already fetched by another: each random
+  read costs what it would in a data set far larger than the page cache. Tar shards have
+  no random access. LMDB is opened with ``readahead=False`` for these reads (see
+  :data:`LAYOUTS`).
 * **sequential**: in stored order: map-style datasets unshuffled, and the stream datasets
   (tar shards, :class:`~packlab.formats.LmdbStreamDataset`,
   :class:`~packlab.formats.ParquetStreamDataset`) block by block;
@@ -23,20 +31,30 @@ each read **cold**, **warm** and through the **network model**
 (:class:`packlab.storage.NetworkFSModel` as the ``opener``). Cold means what it means in
 chapters 2 and 7: :func:`packlab.storage.make_cold` at the strongest level this process
 may use (``cold_level``; as root, every cache of the machine dropped), once per round and
-access for all layouts together, and :func:`packlab.storage.resident_fraction` records
-how much of each layout's files was in the page cache just before and just after, so a
-result says whether the eviction worked (a file that stays mapped keeps its pages).
-Warm is the same read again at once, in the same order: from the page cache. LMDB reads
-through a memory map, not through file reads, so no opener can delay them: it has no
-network-model figure.
+access for all layouts together. The datasets are created *before* the drop, so the index
+each reads when it is created (LMDB's keys, a zip's central directory) is not counted in
+the cold read: it is read once per job, not per sample, and an LMDB key scan with the
+kernel's read-around would otherwise fetch most of a small file before the first timed
+read. :func:`packlab.storage.resident_fraction` records how much of each layout's files
+was in the page cache before the drop, after it and after the cold read, beside the share
+the samples read make up, so a result says whether the eviction worked (a file that stays
+mapped keeps its pages) and how much the reads fetched besides their samples. Warm is the
+same read again at once, the same samples in the same order, repeated until ``budget_s``
+has passed: from the page cache. LMDB reads through a memory map, not through file reads,
+so no opener can delay them: it has no network-model figure.
 
-A read stops after ``budget_s`` seconds and reports the rate of what it read: the slow
-combinations (shuffled Parquet over the network model reads a whole row group per sample)
-would otherwise take minutes, and the rate is what counts.
+A read of a file set that readahead sweeps in a few requests is not cold for long: so the
+reads can go to a larger *read set* (``read_samples``), written once before the rounds,
+while every round still writes ``samples`` for the write times and sizes.
+
+A read stops at the first batch after ``budget_s`` seconds and reports the rate of what it
+read: the slow combinations (shuffled Parquet over the network model reads a whole row
+group per sample) would otherwise take minutes, and the rate is what counts.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import statistics
@@ -49,7 +67,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packlab import data, pack, storage
-from packlab.bench import ROUNDS, Spread, batch_size_of
+from packlab.bench import ROUNDS, Spread, batch_size_of, ranking, round_orders
 from packlab.bench import compare as bench_compare
 from packlab.formats.hdf5_format import Hdf5Dataset, write_hdf5
 from packlab.formats.lmdb_format import LmdbDataset, LmdbStreamDataset, close_environment, write_lmdb
@@ -60,7 +78,10 @@ from packlab.loaders.tar import skip_decode
 
 ACCESSES = ("random", "sequential")
 CONDITIONS = ("warm", "cold", "network model")
-BATCH = 64
+#: Samples per batch of every read: small, so that a read stops soon after its time budget.
+BATCH = 16
+#: Random reads per layout, round and condition unless told otherwise (spread over the read set).
+RANDOM_READS = 32
 
 
 # ------------------------------------------------------------------- the layouts
@@ -106,8 +127,12 @@ LAYOUTS = (
     Layout("tar", lambda dst, samples, root: pack.write_tar_shards(dst, samples=samples, root=root, progress=False),
            None,
            lambda where, opener: TarShardDataset(_tar_shards(where), transform=skip_decode, **_opt(opener))),
+    # Random reads open LMDB with readahead=False: py-lmdb then passes MDB_NORDAHEAD, and LMDB
+    # advises the kernel that its memory map is read at random (madvise MADV_RANDOM), so a page
+    # fault reads that page alone instead of the kernel's read-around (up to the disk's
+    # read_ahead_kb around it), which for scattered reads fetches mostly bytes nobody asked for.
     Layout("lmdb", lambda dst, samples, root: write_lmdb(dst, samples=samples, root=root, progress_bar=False),
-           lambda where, opener: LmdbDataset(where, transform=skip_decode),
+           lambda where, opener: LmdbDataset(where, transform=skip_decode, readahead=False),
            lambda where, opener: LmdbStreamDataset(where, transform=skip_decode),
            opener=False),
     Layout("hdf5", lambda dst, samples, root: write_hdf5(dst, samples=samples, root=root, progress_bar=False),
@@ -153,22 +178,69 @@ def _sync(files: Sequence[Path]) -> None:
 # --------------------------------------------------------------------- reading
 
 
-def read_rate(dataset, shuffle: bool, budget_s: float, seed: int = 0) -> float:
-    """Samples/s reading ``dataset`` in one process until it ends or ``budget_s`` has passed."""
-    generator = torch.Generator().manual_seed(seed)
-    map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
-    loader = DataLoader(dataset, batch_size=BATCH, shuffle=shuffle and map_style,
-                        generator=generator if map_style else None)
-    count = 0
+def spread_indices(count: int, reads: int, seed: int = 0) -> list[int]:
+    """``reads`` indices of ``range(count)`` for a random read: evenly spread, in random order.
+
+    The indices are ``count / reads`` samples apart, starting at a random offset, and then
+    shuffled (seeded by ``seed``): each is as likely as any other, the order is as random
+    as an epoch's, and no two of them are neighbours in the file, whose readahead could
+    fetch one together with the other. With ``reads >= count``: every index, shuffled.
+    """
+    import random
+
+    rng = random.Random(seed)
+    if reads >= count:
+        return rng.sample(range(count), count)
+    step = count / reads
+    start = rng.random() * step
+    indices = [int(start + i * step) for i in range(reads)]
+    rng.shuffle(indices)
+    return indices
+
+
+class _FirstSamples(torch.utils.data.IterableDataset):
+    """The first ``count`` samples a stream dataset yields (all of them when ``count`` is None)."""
+
+    def __init__(self, dataset, count: int | None):
+        super().__init__()
+        self.dataset, self.count = dataset, count
+
+    def __iter__(self):
+        return itertools.islice(iter(self.dataset), self.count)
+
+
+def read_rate(dataset, budget_s: float, indices: Sequence[int] | None = None, count: int | None = None,
+              repeat: bool = False) -> tuple[float, int]:
+    """``(samples/s, samples in one pass)``: ``dataset`` read in one process, no workers, batches of :data:`BATCH`.
+
+    A map-style dataset is read in the order of ``indices`` (default: stored order), a
+    stream dataset in the order it yields (its epoch set to 0 before every pass, so every
+    pass is the same). A pass ends after the first ``count`` samples (default: all of
+    them), or at the first batch boundary after ``budget_s`` seconds. ``repeat=True``
+    starts the same pass again until ``budget_s`` has passed: a warm read of exactly the
+    samples a cold read just read (pass it that read's count).
+    """
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        loader = DataLoader(_FirstSamples(dataset, count), batch_size=BATCH)
+    else:
+        order = list(range(len(dataset)) if indices is None else indices)[:count]
+        loader = DataLoader(dataset, batch_size=BATCH, sampler=order)
+    read = one_pass = 0
     start = time.perf_counter()
-    for batch in loader:
-        count += batch_size_of(batch)
-        if time.perf_counter() - start > budget_s:
+    while True:
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(0)  # the same order again, on purpose (tar shards warn about a repeated epoch)
+        for batch in loader:
+            read += batch_size_of(batch)
+            if time.perf_counter() - start > budget_s:
+                break
+        one_pass = one_pass or read
+        if not repeat or read == 0 or time.perf_counter() - start > budget_s:
             break
     seconds = time.perf_counter() - start
-    if count == 0:
+    if read == 0:
         raise RuntimeError(f"{dataset!r} delivered no samples")
-    return count / seconds
+    return read / seconds, one_pass
 
 
 def _release(dataset, where: Path) -> None:
@@ -179,7 +251,37 @@ def _release(dataset, where: Path) -> None:
         close_environment(where)
 
 
+def device_readahead_kb(path: Path) -> int | None:
+    """How far ahead (KiB) the kernel may read for the device holding ``path``, or None where it cannot be read.
+
+    The device's ``read_ahead_kb`` (Linux sysfs): the largest window the kernel reads
+    around a page fault in a memory map, and the most it reads ahead of sequential
+    ``read`` calls. The larger it is, the more of a small file a few reads bring into the
+    page cache.
+    """
+    device = os.stat(path).st_dev
+    number = f"{os.major(device)}:{os.minor(device)}"
+    for candidate in (Path("/sys/class/bdi") / number / "read_ahead_kb",
+                      Path("/sys/dev/block") / number / "queue" / "read_ahead_kb",
+                      Path("/sys/dev/block") / number / ".." / "queue" / "read_ahead_kb"):
+        try:
+            return int(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 # ------------------------------------------------------------------- the measurement
+
+
+def _write(layout: Layout, where: Path, samples: Sequence[data.Sample], root: Path | None) -> tuple[float, list[Path]]:
+    """Write one layout; return the seconds it took and its files, written out to the disk."""
+    start = time.perf_counter()
+    layout.write(where, samples, root)
+    seconds = time.perf_counter() - start
+    files = files_of(where)
+    _sync(files)
+    return seconds, files
 
 
 def measure_formats(
@@ -192,20 +294,28 @@ def measure_formats(
     model: storage.NetworkFSModel | None = None,
     layouts: Sequence[str] | None = None,
     cold_level: str | None = None,
+    read_samples: Sequence[data.Sample] | None = None,
+    random_reads: int = RANDOM_READS,
+    seed: int = 0,
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Write and read every layout ``runs`` times (rounds interleaved); return raw figures as plain data.
 
     ``samples`` default to the whole manifest; ``workdir`` to ``<data root>/packed/formats-bench``
-    (emptied first, each round's files replaced by the next's). ``layouts`` picks some of
-    :data:`LAYOUTS` by name. ``runs`` defaults to :data:`packlab.bench.ROUNDS`, the rounds
-    :func:`packlab.bench.compare` needs before it can call a difference clear.
-    ``cold_level`` defaults to the strongest level of :func:`packlab.storage.cold_levels`.
+    (emptied first, each round's files replaced by the next's; remove it when done).
+    ``layouts`` picks some of :data:`LAYOUTS` by name. ``runs`` defaults to
+    :data:`packlab.bench.ROUNDS`, the rounds :func:`packlab.bench.compare` needs before it
+    can call a difference clear. ``cold_level`` defaults to the strongest level of
+    :func:`packlab.storage.cold_levels`. ``read_samples``: the reads go to a copy of these,
+    written once before the rounds (default: to each round's copy of ``samples``).
+    ``random_reads``: samples per random read (:func:`spread_indices`). ``seed`` draws the
+    order of the layouts in each round and the samples of the random reads.
     See the module docstring for what each figure means.
 
-    Each round writes every layout, then, per access (random, sequential): drops the
-    caches once for all layouts, reads each cold, then each warm; then reads each through
-    the network model. The layouts take turns in an order rotated from round to round.
+    Each round writes every layout, then, per access (random, sequential): creates each
+    layout's dataset, drops the caches once for all layouts, reads each cold, then each
+    warm; then reads each through the network model. The layouts take their turns in the
+    round's order (:func:`packlab.bench.round_orders`).
     """
     from packlab import paths
 
@@ -217,22 +327,35 @@ def measure_formats(
     workdir.mkdir(parents=True)
     level = cold_level if cold_level is not None else (storage.cold_levels() or [None])[-1]
     say = log or (lambda message: None)
+    read_set = list(read_samples) if read_samples is not None else None
+    read_list = read_set if read_set is not None else samples  # the samples the reads go to
+    read_count, read_bytes = len(read_list), sum(s.bytes for s in read_list)
     results: dict = {
         "samples": len(samples),
         "jpeg_bytes": sum(s.bytes for s in samples),
+        "read_samples": read_count,
+        "read_jpeg_bytes": read_bytes,
+        "read_set_written_once": read_set is not None,
+        "random_reads": min(random_reads, read_count),
         "runs": runs,
         "budget_s": budget_s,
         "model": asdict(model),
         "model_text": model.describe(),
         "cold_level": level,
         "cold": f"{level}: {storage.COLD_LEVELS[level]}" if level else None,
-        "reader": "one process, no workers, batches of 64, bytes counted, not decoded",
+        "readahead_kb": device_readahead_kb(workdir),
+        "reader": f"one process, no workers, batches of {BATCH}, bytes counted, not decoded",
+        "orders": [],
+        "workdir": str(workdir),
         "load_average": [os.getloadavg()[0]],
         "layouts": {
             layout.name: {
                 "write_s": [], "bytes": None, "allocated": None, "opener": layout.opener,
-                # Share of the layout's pages in the page cache around its first cold read.
-                "resident": {},
+                # Where the read set of this layout is, and its size on disk, when it was written once.
+                "read_set": None, "read_set_bytes": None,
+                # Share of the layout's pages in the page cache around its first cold read, and the share
+                # of its bytes the samples of that read make up.
+                "resident": {}, "cold_read_share": None,
                 # None where a figure cannot exist: tar shards have no random access, and no opener
                 # can delay LMDB's memory-mapped reads.
                 "rates": {access: None if getattr(layout, access) is None else
@@ -244,46 +367,64 @@ def measure_formats(
         },
     }
 
-    def read(layout: Layout, where: Path, access: str, condition: str, seed: int) -> None:
-        opener = model.open if condition == "network model" else None
-        dataset = getattr(layout, access)(where, opener)
-        rate = read_rate(dataset, access == "random", budget_s, seed=seed)
-        _release(dataset, where)
-        results["layouts"][layout.name]["rates"][access][condition].append(rate)
+    read_where: dict[str, Path] = {}
+    read_files: dict[str, list[Path]] = {}
+    if read_set is not None:
+        for layout in chosen:
+            read_where[layout.name] = workdir / "read-set" / layout.name
+            read_where[layout.name].parent.mkdir(exist_ok=True)
+            _, read_files[layout.name] = _write(layout, read_where[layout.name], read_set, root)
+            results["layouts"][layout.name]["read_set_bytes"] = disk_usage(read_files[layout.name])[1]
+            results["layouts"][layout.name]["read_set"] = str(read_where[layout.name])
+        say(f"read set: {read_count:,} samples written once in every layout")
 
-    for run in range(runs):
-        order = chosen[run % len(chosen):] + chosen[: run % len(chosen)]  # each round starts elsewhere
+    def read_access(run: int, order: list[Layout], access: str) -> None:
+        readable = [layout for layout in order if getattr(layout, access) is not None]
+        indices = spread_indices(read_count, random_reads, seed=seed * 1_000_003 + run) if access == "random" else None
+        datasets = {layout.name: getattr(layout, access)(read_where[layout.name], None) for layout in readable}
+        counts: dict[str, int | None] = {layout.name: None for layout in readable}
+        if level is not None:
+            # In the first round each layout's first cold read (random; sequential for tar) is watched.
+            watched = [layout for layout in readable if run == 0 and not results["layouts"][layout.name]["resident"]]
+            for layout in watched:
+                results["layouts"][layout.name]["resident"]["before"] = storage.resident_fraction(read_files[layout.name])
+            storage.make_cold([f for layout in readable for f in read_files[layout.name]], level)
+            for layout in readable:
+                entry = results["layouts"][layout.name]
+                if layout in watched:
+                    entry["resident"]["after dropping"] = storage.resident_fraction(read_files[layout.name])
+                rate, counts[layout.name] = read_rate(datasets[layout.name], budget_s, indices)
+                entry["rates"][access]["cold"].append(rate)
+                if layout in watched:
+                    entry["resident"]["after the cold read"] = storage.resident_fraction(read_files[layout.name])
+                    read = counts[layout.name]  # random: exactly these samples; in stored order: as many, on average
+                    sample_bytes = (sum(read_list[i].bytes for i in indices[:read]) if indices is not None
+                                    else read * read_bytes / read_count)
+                    entry["cold_read_share"] = sample_bytes / disk_usage(read_files[layout.name])[0]
+        for layout in readable:
+            rate, _ = read_rate(datasets[layout.name], budget_s, indices, counts[layout.name], repeat=True)
+            results["layouts"][layout.name]["rates"][access]["warm"].append(rate)
+        for layout in readable:
+            _release(datasets[layout.name], read_where[layout.name])
+            if layout.opener:
+                dataset = getattr(layout, access)(read_where[layout.name], model.open)
+                rate, _ = read_rate(dataset, budget_s, indices, counts[layout.name], repeat=True)
+                _release(dataset, read_where[layout.name])
+                results["layouts"][layout.name]["rates"][access]["network model"].append(rate)
+
+    for run, turn in enumerate(round_orders(len(chosen), runs, seed=seed)):
+        order = [chosen[i] for i in turn]
+        results["orders"].append([layout.name for layout in order])
         where = {layout.name: workdir / f"{layout.name}-{run}" for layout in order}
-        files = {}
         for layout in order:
             entry = results["layouts"][layout.name]
-            start = time.perf_counter()
-            layout.write(where[layout.name], samples, root)
-            entry["write_s"].append(time.perf_counter() - start)
-            files[layout.name] = files_of(where[layout.name])
-            entry["bytes"], entry["allocated"] = disk_usage(files[layout.name])
-            _sync(files[layout.name])
+            seconds, files = _write(layout, where[layout.name], samples, root)
+            entry["write_s"].append(seconds)
+            entry["bytes"], entry["allocated"] = disk_usage(files)
+            if read_set is None:
+                read_where[layout.name], read_files[layout.name] = where[layout.name], files
         for access in ACCESSES:
-            readable = [layout for layout in order if getattr(layout, access) is not None]
-            if level is not None:
-                # In the first round, each layout's first cold read (random, or sequential for tar) is watched.
-                watched = [layout for layout in readable
-                           if run == 0 and not results["layouts"][layout.name]["resident"]]
-                for layout in watched:
-                    results["layouts"][layout.name]["resident"]["before"] = storage.resident_fraction(files[layout.name])
-                storage.make_cold([f for layout in readable for f in files[layout.name]], level)
-                for layout in readable:
-                    resident = results["layouts"][layout.name]["resident"]
-                    if layout in watched:
-                        resident["after dropping"] = storage.resident_fraction(files[layout.name])
-                    read(layout, where[layout.name], access, "cold", run)
-                    if layout in watched:
-                        resident["after the cold read"] = storage.resident_fraction(files[layout.name])
-            for layout in readable:
-                read(layout, where[layout.name], access, "warm", run)
-            for layout in readable:
-                if layout.opener:
-                    read(layout, where[layout.name], access, "network model", run)
+            read_access(run, order, access)
         for layout in order:
             entry = results["layouts"][layout.name]
             say(f"round {run + 1}/{runs} {layout.name}: written in {entry['write_s'][-1]:.2f} s, "
@@ -363,13 +504,38 @@ def compare(a: Sequence[float], b: Sequence[float]) -> str:
     return {1: "higher", -1: "lower", 0: "no clear difference"}[bench_compare(Spread.of(a), Spread.of(b))]
 
 
-def leaders(values: dict[str, Sequence[float]], highest: bool = True) -> tuple[list[str], list[str]]:
-    """The layouts tied for best (not clearly different from the best median's) and the rest, best first."""
-    key = (lambda name: -statistics.median(values[name])) if highest else (lambda name: statistics.median(values[name]))
-    ranked = sorted(values, key=key)
-    best = values[ranked[0]]
-    tied = [name for name in ranked if compare(values[name], best) == "no clear difference"]
-    return tied, [name for name in ranked if name not in tied]
+def ranked(values: dict[str, Sequence[float]], highest: bool = True) -> list[tuple[str, bool | None]]:
+    """The layouts best first, each with whether it is clearly behind its neighbour above (:func:`packlab.bench.ranking`)."""
+    return ranking({name: Spread.of(v) for name, v in values.items()}, higher=highest)
+
+
+def cold_differs(results: dict, access: str) -> dict[str, bool]:
+    """``{layout: whether its cold reads were clearly slower than its warm ones}`` for one access.
+
+    Where they were not, the cold figure says nothing about the disk: the pages came back
+    about as fast as from the page cache (a virtual machine's disk cached by its host, a
+    fast SSD, or a file the readahead had swept), and no cold verdict should rest on it.
+    """
+    out = {}
+    for name, cold in rates(results, access, "cold").items():
+        warm = results["layouts"][name]["rates"][access]["warm"]
+        out[name] = bench_compare(Spread.of(cold), Spread.of(warm)) == -1
+    return out
+
+
+def residency_rows(results: dict) -> list[dict]:
+    """One row per watched layout: the share of its pages cached before the drop, after it and after the cold read,
+    and the share of its bytes the samples of that cold read make up."""
+    rows = []
+    for name, entry in results["layouts"].items():
+        if not entry["resident"]:
+            continue
+        row = {"layout": name}
+        row.update({f"cached, {moment}": f"{share:.1%}" for moment, share in entry["resident"].items()})
+        if entry["cold_read_share"] is not None:
+            row["the samples read"] = f"{entry['cold_read_share']:.1%}"
+        rows.append(row)
+    return rows
 
 
 def format_formats(results: dict) -> str:
