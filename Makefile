@@ -2,33 +2,47 @@
 # Every target sets up what it needs, so each works on a fresh clone.
 
 SHELL := /bin/bash
+# This checkout's settings: `make configure NAME=value ...` writes them into settings.mk
+# (git-ignored), which this Makefile includes and packlab reads too (packlab/settings.py),
+# so a new terminal needs no export. A value on the command line or in the environment
+# wins over the file's (the file uses ?=). PACKLAB_SETTINGS names another file.
+SETTINGS_FILE := $(or $(PACKLAB_SETTINGS),settings.mk)
+-include $(SETTINGS_FILE)
 # The Python the environment is built with (3.10 or newer), by name or version:
 # `make setup PYTHON=python3.12`. See setup.md for macOS, whose own python3 is 3.9.
 PYTHON ?= python3
-VENV := .venv
+# The environment: VENV=/scratch/$USER/packed-venv (on a cluster with a file quota), or an
+# active conda environment's $CONDA_PREFIX, which the Makefile then uses and never installs into.
+VENV ?= .venv
 PY := $(VENV)/bin/python
 # uv is bootstrapped here from PyPI when it is not on PATH, with this Python (any 3.8+).
 TOOLS := .tools
 BOOTSTRAP_PYTHON ?= python3
+# The oldest uv whose --torch-backend is more than a preview (0.7.14); a uv without it ignores
+# UV_TORCH_BACKEND without a word and installs PyPI's CUDA build.
+MIN_UV := 0.7.14
 # uv does not download a Python of its own unless asked: the course uses the machine's.
 # Where the machine's Python is too old, `make setup UV_PYTHON_DOWNLOADS=automatic PYTHON=3.12`
 # lets uv fetch one (from GitHub, not PyPI).
 UV_PYTHON_DOWNLOADS ?= never
 export UV_PYTHON_DOWNLOADS
-# CPU-only PyTorch: `make setup TORCH_BACKEND=cpu` (on a fresh clone, or after
-# `make distclean`) installs torch and torchvision from PyTorch's own CPU wheel index
-# instead of PyPI's Linux build with its CUDA libraries (3.6 GB the course never uses).
-# Needs PyTorch's index to be reachable (see setup.md); everything else still comes from
-# PyPI. It is uv's --torch-backend, so any value uv knows works (cpu, cu126, ..., auto).
-TORCH_BACKEND ?=
-UV_INSTALL := $(if $(TORCH_BACKEND),UV_TORCH_BACKEND=$(TORCH_BACKEND) )"$$uv" pip install --python $(PY)
+# Where torch comes from when the environment is created. On Linux the default is PyTorch's
+# CPU wheel index: PyPI's Linux build brings 3.6 GB of CUDA libraries the course never uses.
+# Where that index cannot be reached, make setup says so and takes PyPI's build (recorded in
+# $(VENV)/.torch-backend for make doctor). TORCH_BACKEND=pypi: PyPI's build on purpose; any
+# other value is uv's --torch-backend (cu130, auto, ...). Applies to a new environment only.
+TORCH_BACKEND ?= $(if $(filter Linux,$(shell uname -s)),cpu,pypi)
+# A folder of wheels (`make wheelhouse`): install from it alone, without any network.
+WHEELHOUSE ?=
+UV_INSTALL = "$$uv" pip install --python $(PY) $(if $(WHEELHOUSE),--offline --no-index --find-links $(WHEELHOUSE))
 # Notebooks converted from MyST markdown for nbval.
 CELL_TIMEOUT ?= 600
 
-.PHONY: help setup setup-dev system-deps data doctor lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers
+.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers
 
 help:
-	@echo "make doctor     is this machine ready? one line per need (Python, cores, memory, disk, /dev/shm, JupyterLab, data)"
+	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND) into $(SETTINGS_FILE); shows them"
+	@echo "make doctor     set up, generate the data, and check this machine: one line per need, READY when all pass"
 	@echo "make lab        set up, generate data, start JupyterLab: chapters and exercises open as notebooks (your copies in mywork/)"
 	@echo "make book       set up (with the book and test tools), generate data, execute every chapter, build _build/html"
 	@echo "make test       unit tests (in parallel), every chapter and solution notebook under nbval, browser tests"
@@ -37,6 +51,7 @@ help:
 	@echo "make setup-dev  the same, plus the book and test tools and DALI (the dev and dali extras)"
 	@echo "make system-deps  the Debian packages the tests need (Chromium, Slurm, munge), installed once as root"
 	@echo "make data       generate the 10k-image dataset (PACKLAB_COUNT=2000: a smaller one; no-op if a verified one exists)"
+	@echo "make wheelhouse every wheel make setup installs, into wheelhouse/; at the venue: make setup WHEELHOUSE=folder (offline)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
 	@echo "make submit NAME=yourname   pack your exercises (mywork/) as submissions/NAME/exercises/ and NAME.zip"
@@ -47,9 +62,10 @@ help:
 	@echo "make book-instructor  the same book plus the solutions, executed, in _build/instructor"
 	@echo "make clean      remove _build/ and paired .ipynb files"
 	@echo "make clean-packed  remove the zips and tar shards the chapters wrote (data/packed/); keeps the dataset"
-	@echo "make distclean  also remove .venv/, $(TOOLS)/ and the generated data"
+	@echo "make distclean  also remove $(VENV)/ (not a conda environment), $(TOOLS)/ and data/ (keeps $(SETTINGS_FILE))"
 
-# uv: from PATH, or installed from PyPI into $(TOOLS)/ (sets the shell variable uv).
+# uv: from PATH, or installed from PyPI into $(TOOLS)/ (sets the shell variable uv); one older
+# than $(MIN_UV) stops the build with what to do.
 define find_uv
 uv=$$(command -v uv || true); \
 if [ -z "$$uv" ]; then \
@@ -59,26 +75,82 @@ if [ -z "$$uv" ]; then \
     $(BOOTSTRAP_PYTHON) -m venv $(TOOLS); \
     $(TOOLS)/bin/pip install --quiet uv; \
   fi; \
+fi; \
+uv_version=$$("$$uv" --version | awk '{print $$2}'); \
+if [ "$$(printf '%s\n%s\n' "$(MIN_UV)" "$$uv_version" | sort -V | head -n 1)" != "$(MIN_UV)" ]; then \
+  echo "uv $$uv_version ($$uv) is older than $(MIN_UV), whose --torch-backend (TORCH_BACKEND) is more than a preview: update it" >&2; \
+  echo "  (\`uv self update\`, or \`pip install --upgrade uv\`), or take it off PATH and make installs a current one into $(TOOLS)/" >&2; \
+  exit 1; \
+fi
+endef
+
+# The Python to build the environment with must be 3.10 or newer: checked before uv sees it,
+# so that a stock Mac (python3 3.9) gets the doctor's advice, not uv's resolver message.
+# A PYTHON that is a version for uv to find or fetch (PYTHON=3.12) is left to uv.
+define check_python
+if command -v "$(PYTHON)" >/dev/null 2>&1 && ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then \
+  "$(PYTHON)" -m packlab.course.doctor --only Python 2>/dev/null || echo "$(PYTHON) is older than 3.10: see setup.md" >&2; \
+  exit 1; \
+fi
+endef
+
+# torch from PyPI (TORCH_BACKEND=pypi) or from uv's --torch-backend; a backend whose index
+# does not answer falls back to PyPI, said out loud and recorded for make doctor (sets backend).
+define choose_torch_backend
+backend="$(TORCH_BACKEND)"; record="$$backend"; \
+if [ -n "$(WHEELHOUSE)" ]; then backend=pypi; record="pypi: from the wheelhouse $(WHEELHOUSE)"; \
+elif [ "$$backend" != pypi ] && [ -n "$$backend" ]; then \
+  if why=$$($(BOOTSTRAP_PYTHON) -m packlab.course.torch_index "$$backend"); then :; else \
+    echo "NOTE: TORCH_BACKEND=$$backend, but $$why."; \
+    echo "NOTE: installing PyPI's torch instead; on Linux it brings 3.6 GB of CUDA libraries the course never uses."; \
+    echo "NOTE: make doctor shows this; \`make configure TORCH_BACKEND=pypi\` makes it the choice for this checkout."; \
+    backend=pypi; record="pypi: fallback from $(TORCH_BACKEND) on $$(date +%F), $$why"; \
+  fi; \
 fi
 endef
 
 # The attendee's environment: the course package and what the chapters and exercises need.
+# Nothing is installed when the pinned versions already are (packlab/course/installed.py):
+# a release that touches pyproject.toml sends nobody to PyPI at the venue. A conda
+# environment (VENV=$$CONDA_PREFIX) is only checked, never installed into.
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@set -e; $(find_uv); \
+	@set -e; \
+	if [ -x "$(PY)" ]; then \
+	  status=0; $(PY) -m packlab.course.installed || status=$$?; \
+	  if [ $$status -eq 0 ]; then touch $@; exit 0; elif [ $$status -eq 2 ]; then exit 1; fi; \
+	fi; \
+	$(check_python); \
+	$(find_uv); \
+	$(choose_torch_backend); \
 	"$$uv" venv --allow-existing --python $(PYTHON) $(VENV); \
-	$(UV_INSTALL) -e .; \
-	$(UV_INSTALL) --no-deps $$($(PY) -m packlab.course.nodeps)
+	if [ "$$backend" = pypi ]; then $(UV_INSTALL) -e .; else UV_TORCH_BACKEND="$$backend" $(UV_INSTALL) -e .; fi; \
+	$(UV_INSTALL) --no-deps $$($(PY) -m packlab.course.nodeps); \
+	echo "$$record" > $(VENV)/.torch-backend
 	@touch $@
 
 # The same plus the book and test tools (pyproject.toml's dev extra) and DALI, chapter 11's peer (the dali extra).
 setup-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	@set -e; $(find_uv); \
+	@set -e; \
+	status=0; $(PY) -m packlab.course.installed --dev || status=$$?; \
+	if [ $$status -eq 0 ]; then touch $@; exit 0; elif [ $$status -eq 2 ]; then exit 1; fi; \
+	$(find_uv); \
 	$(UV_INSTALL) -e '.[dev,dali]'
 	@touch $@
+
+# This checkout's settings, into $(SETTINGS_FILE) (packlab/settings.py); with no NAME=value,
+# shows them and where each comes from. An empty value (PACKLAB_COUNT=) removes a setting.
+#   make configure PACKLAB_COUNT=2000 PACKLAB_DATA=/scratch/$$USER/packed-data
+#   make configure VENV=/scratch/$$USER/packed-venv TORCH_BACKEND=cpu
+#   make configure VENV=$$CONDA_PREFIX          (an active conda environment)
+SETTING_NAMES := PACKLAB_COUNT PACKLAB_DATA VENV TORCH_BACKEND
+GIVEN_SETTINGS := $(foreach name,$(SETTING_NAMES),$(if $(filter command line,$(origin $(name))),$(name)))
+configure:
+	@env $(foreach name,$(GIVEN_SETTINGS),-u $(name)) $(BOOTSTRAP_PYTHON) -m packlab.settings \
+	  $(foreach name,$(GIVEN_SETTINGS),"$(name)=$($(name))")
 
 data: setup
 	$(PY) -m packlab.data
@@ -90,9 +162,12 @@ data: setup
 system-deps: setup
 	$(PY) -m packlab.course.system_deps
 
-# A go/no-go check of this machine (packlab/course/doctor.py); without make, from the
+# A go/no-go check of this machine (packlab/course/doctor/); without make, from the
 # repository: python3 -m packlab.course.doctor (any Python 3; it says what is missing).
+# It sets up and generates the data first (half a minute), so that READY is reachable in one
+# step; a data generation that fails does not stop it: the doctor says why on its data line.
 doctor: setup
+	@$(PY) -m packlab.data || echo "(make data did not finish: see the doctor's data line below)"
 	$(PY) -m packlab.course.doctor
 
 # JupyterLab on the repository, on 127.0.0.1: a double-click opens a chapter or an exercise
@@ -187,9 +262,33 @@ clean:
 # The packed copies (zips, tar shards, raw-pixel folder) are derived from the dataset and
 # rewritten when a chapter needs them again; the dataset itself stays.
 clean-packed:
-	@packed="$${PACKLAB_DATA:-data}/packed"; \
+	@packed="$(or $(PACKLAB_DATA),data)/packed"; \
 	if [ -d "$$packed" ]; then du -sh "$$packed"; rm -rf "$$packed"; echo "removed $$packed"; \
 	else echo "nothing to remove: $$packed does not exist"; fi
 
+# Keeps $(SETTINGS_FILE), a data folder outside the repository and a conda environment.
 distclean: clean
-	rm -rf $(VENV) $(TOOLS) data
+	@if [ -d "$(VENV)/conda-meta" ]; then echo "kept $(VENV): a conda environment"; else rm -rf $(VENV); echo "removed $(VENV)"; fi
+	rm -rf $(TOOLS) data
+	@if [ -n "$(PACKLAB_DATA)" ]; then echo "kept $(PACKLAB_DATA) (PACKLAB_DATA): remove it yourself if you want it gone"; fi
+
+# Every wheel `make setup` installs, for this platform and Python, into WHEELHOUSE (default
+# wheelhouse/): made at home, on a good network, on one machine of each kind the room brings
+# (Linux x86_64, macOS arm64; into the same folder). At the venue, without network:
+#   make setup WHEELHOUSE=/media/usb/wheelhouse
+# installs from that folder alone (uv --offline --no-index --find-links). pip downloads them
+# (uv has no download command), --isolated: from PyPI as uv sees it, whatever a pip.conf adds.
+# On Linux torch comes from PyTorch's CPU index where reachable.
+wheelhouse: WHEELHOUSE := $(or $(WHEELHOUSE),wheelhouse)
+wheelhouse:
+	@set -e; $(find_uv); \
+	backend="$(TORCH_BACKEND)"; extra=""; \
+	if [ "$$backend" != pypi ] && [ -n "$$backend" ]; then \
+	  if $(BOOTSTRAP_PYTHON) -m packlab.course.torch_index "$$backend"; then extra="--extra-index-url $$($(BOOTSTRAP_PYTHON) -m packlab.course.torch_index --index-url $$backend)"; \
+	  else echo "NOTE: so torch comes from PyPI, with its CUDA libraries"; fi; \
+	fi; \
+	mkdir -p "$(WHEELHOUSE)"; \
+	pip="$$uv tool run --python $(PYTHON) --from pip pip --isolated"; \
+	$$pip download --dest "$(WHEELHOUSE)" $$extra $$($(BOOTSTRAP_PYTHON) -m packlab.course.installed --wheelhouse-requirements); \
+	$$pip download --dest "$(WHEELHOUSE)" --no-deps $$($(BOOTSTRAP_PYTHON) -m packlab.course.nodeps); \
+	du -sh "$(WHEELHOUSE)"; echo "at the venue: make setup WHEELHOUSE=$$(cd "$(WHEELHOUSE)" && pwd)"

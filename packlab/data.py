@@ -51,7 +51,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageChops
 
-from packlab import paths
+from packlab import paths, settings
 
 #: Bump when the generator's output changes, so old datasets are regenerated.
 GENERATOR_VERSION = 2
@@ -114,22 +114,31 @@ class DatasetError(RuntimeError):
     """The dataset is missing or does not match its manifest."""
 
 
-def default_count() -> int:
-    """How many images the course uses: :data:`DEFAULT_COUNT`, or ``$PACKLAB_COUNT`` when set.
+def count_setting() -> settings.Setting:
+    """``PACKLAB_COUNT`` and where it came from: the environment, the settings file, or the default."""
+    return settings.lookup(COUNT_ENV_VAR, str(DEFAULT_COUNT))
 
-    A smaller count is for machines with little disk (a JupyterHub with a small quota):
-    the dataset and every packed copy shrink in proportion. Raises :class:`ValueError`
-    naming the variable when its value is not a whole number of at least :data:`MIN_COUNT`.
+
+def default_count() -> int:
+    """How many images the course uses: ``PACKLAB_COUNT`` when set, else :data:`DEFAULT_COUNT`.
+
+    ``PACKLAB_COUNT`` is read from the environment, else from the checkout's settings file
+    (``make configure PACKLAB_COUNT=2000``, :mod:`packlab.settings`). A smaller count is
+    for machines with little disk (a JupyterHub with a small quota): the dataset and every
+    packed copy shrink in proportion. Raises :class:`ValueError` naming the setting and
+    where it came from when its value is not a whole number of at least :data:`MIN_COUNT`.
     """
-    configured = os.environ.get(COUNT_ENV_VAR, "").strip()
-    if not configured:
-        return DEFAULT_COUNT
+    setting = count_setting()
+    where = f" ({setting.origin()})" if setting.source != "default" else ""
+    configured = (setting.value or "").strip()
     try:
         count = int(configured.replace("_", ""))
     except ValueError:
-        raise ValueError(f"{COUNT_ENV_VAR}={configured!r} is not a whole number of images; unset it or use e.g. 2000") from None
+        raise ValueError(f"{COUNT_ENV_VAR}={configured!r}{where} is not a whole number of images; "
+                         "unset it or use e.g. 2000") from None
     if count < MIN_COUNT:
-        raise ValueError(f"{COUNT_ENV_VAR}={count} is too small: the course needs at least {MIN_COUNT} images (2000 is the tested small size)")
+        raise ValueError(f"{COUNT_ENV_VAR}={count}{where} is too small: the course needs at least {MIN_COUNT} images "
+                         "(2000 is the tested small size)")
     return count
 
 
@@ -434,7 +443,8 @@ def verify(root: Path | None = None, progress: bool = False, count: int | None =
         return VerifyReport(False, 0, [str(exc)])
     problems: list[str] = []
     if count is not None and len(manifest) != count:
-        why = f" ({COUNT_ENV_VAR}={count})" if os.environ.get(COUNT_ENV_VAR, "").strip() else ""
+        setting = count_setting()
+        why = f" ({COUNT_ENV_VAR}={count}, {setting.origin()})" if setting.source != "default" else ""
         problems.append(
             f"{paths.manifest_path(root)} lists {len(manifest)} images, but the course is set to {count}{why}: "
             f"run `make data` (or `python -m packlab.data`) to generate {count}, or set {COUNT_ENV_VAR}={len(manifest)}"
@@ -485,15 +495,26 @@ def ensure(
 ) -> Path:
     """Generate the dataset unless a verified one with the same settings is already there.
 
-    ``count`` defaults to :func:`default_count` (``$PACKLAB_COUNT`` in small-data mode).
+    ``count`` defaults to :func:`default_count` (``PACKLAB_COUNT`` in small-data mode).
+    When nothing sets the count (no ``count``, no ``PACKLAB_COUNT`` in the environment or
+    the settings file) and a verified dataset of another size is there, that dataset is
+    kept and a notice says how to record its size: a count forgotten in a new terminal
+    never regenerates a dataset (10,000 images on a small quota) behind the user's back.
     """
     root = Path(root) if root is not None else paths.data_root()
+    unset = count is None and count_setting().source == "default"
     count = default_count() if count is None else count
     wanted = {"count": count, "seed": seed, "generator_version": GENERATOR_VERSION}
     report = verify(root)
-    if report.ok and generation_settings(root) == wanted:
+    have = generation_settings(root)
+    if report.ok and have == wanted:
         if progress:
             print(f"dataset at {root} verified ({report.checked} images); nothing to do")
+        return root
+    if report.ok and unset and have == {**wanted, "count": report.checked}:
+        print(f"dataset at {root} verified ({report.checked:,} images) and kept: no {COUNT_ENV_VAR} is set, which would "
+              f"mean {count:,}. Record the size with `make configure {COUNT_ENV_VAR}={report.checked}`; to regenerate "
+              f"at {count:,} images, `make configure {COUNT_ENV_VAR}={count}` and `make data`.", file=sys.stderr)
         return root
     if progress:
         if manifest_exists := paths.manifest_path(root).exists():
@@ -541,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verify:
         # The size is checked when it was asked for (--count, or PACKLAB_COUNT); otherwise
         # any dataset whose files match its manifest verifies.
-        asked = args.count is not None or bool(os.environ.get(COUNT_ENV_VAR, "").strip())
+        asked = args.count is not None or count_setting().source != "default"
         report = verify(root, progress=not args.quiet, count=count if asked else None)
         for problem in report.problems:
             print(problem, file=sys.stderr)
@@ -555,11 +576,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
 
+    if not args.quiet:
+        origin = "--count" if args.count is not None else count_setting().origin()
+        folder = "--root" if args.root else settings.lookup(paths.DATA_ENV_VAR, "data/ in the repository").origin()
+        print(f"{count:,} images ({origin}), under {root} ({folder})")
     start = time.perf_counter()
     if args.force:
         generate(root, count=count, seed=args.seed, progress=not args.quiet)
     else:
-        ensure(root, count=count, seed=args.seed, progress=not args.quiet)
+        ensure(root, count=args.count, seed=args.seed, progress=not args.quiet)  # None: as set, or kept (ensure)
     print(f"data ready under {root} ({time.perf_counter() - start:.1f} s)")
     return 0
 

@@ -338,17 +338,34 @@ def ensure_raw_folder(root: Path | None = None, progress: bool = True) -> Path:
     return target
 
 
+#: How many tar shards the course cuts its dataset into, whatever its size: enough for the
+#: chapters' readers (two ranks of two workers, chapter 6) at 10,000 images and in the
+#: small-data mode alike.
+COURSE_SHARDS = 10
+
+
+def course_shard_size(count: int, shards: int = COURSE_SHARDS) -> int:
+    """Samples per shard that cut ``count`` samples into ``shards`` shards (the last one may be shorter).
+
+    1,000 for the full 10,000 images, 200 for the small-data mode's 2,000: a fixed
+    ``maxcount`` would give the small dataset two shards, fewer than chapter 6's four readers.
+    """
+    return max(1, -(-count // shards))
+
+
 def ensure_tar_shards(
-    name: str = "shards", maxcount: int = 1000, seed: int = 0, root: Path | None = None, progress: bool = True
+    name: str = "shards", maxcount: int | None = None, seed: int = 0, root: Path | None = None, progress: bool = True
 ) -> list[Path]:
     """The course's shuffled tar shards of the whole dataset in ``<data root>/packed/<name>/``, written once.
 
-    Rewritten when the dataset is newer, the shard count no longer matches ``maxcount``, or
-    the first shard does not hold what :func:`write_tar_shards` writes today (shards
-    written by an older version of the course, say).
+    ``maxcount`` defaults to :func:`course_shard_size` of the dataset: :data:`COURSE_SHARDS`
+    shards whatever its size. Rewritten when the dataset is newer, the shard count no longer
+    matches ``maxcount``, or the first shard does not hold what :func:`write_tar_shards`
+    writes today (shards written by an older version of the course, say).
     """
     folder = paths.packed_dir(root) / name
     manifest = data.load_manifest(root)
+    maxcount = maxcount or course_shard_size(len(manifest))
     expected = -(-len(manifest) // maxcount)
     existing = sorted(folder.glob("shard-*.tar"))
     if (

@@ -4,14 +4,19 @@ Every notebook, test and script asks this module for paths instead of building t
 from the current directory, so the course behaves the same whether it is run from the
 repository root, from ``chapters/``, from a test build folder or from a cluster job.
 
-The data root is ``$PACKLAB_DATA`` when that variable is set (point it at a scratch or
-node-local filesystem on a cluster), and ``<repository>/data`` otherwise.
+The data root is ``PACKLAB_DATA`` when that is set (point it at a scratch or node-local
+filesystem on a cluster): in the environment, or in the checkout's settings file that
+``make configure PACKLAB_DATA=...`` writes (:mod:`packlab.settings`, read again on every
+call, so a new terminal or a notebook's kernel finds it without an ``export``); and
+``<repository>/data`` otherwise.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from packlab import settings
 
 #: Name of the environment variable that moves the data root elsewhere.
 DATA_ENV_VAR = "PACKLAB_DATA"
@@ -23,10 +28,17 @@ def repo_root() -> Path:
 
 
 def data_root() -> Path:
-    """The folder that holds the generated dataset and everything packed from it."""
+    """The folder that holds the generated dataset and everything packed from it.
+
+    ``$PACKLAB_DATA``, else the settings file's ``PACKLAB_DATA`` (relative to the
+    repository), else ``<repository>/data``.
+    """
     configured = os.environ.get(DATA_ENV_VAR)
     if configured:
         return Path(configured).expanduser().resolve()
+    in_file = settings.read_file().get(DATA_ENV_VAR)
+    if in_file:
+        return (repo_root() / Path(in_file).expanduser()).resolve()
     return repo_root() / "data"
 
 

@@ -211,8 +211,11 @@ def _keys_in_shards(shards: Sequence[str]) -> set[str]:
 
 
 def shard_size_for(images: int, max_workers: int) -> int:
-    """The course's 1,000 samples a shard, or fewer when a small dataset would give a worker no shard."""
-    return max(1, min(1000, images // (2 * max(1, max_workers))))
+    """The course's shard size (:func:`packlab.pack.course_shard_size`: 1,000 samples at 10,000 images), or
+    fewer when a small dataset would give a worker no shard."""
+    from packlab import pack  # imported where used, as in the functions above
+
+    return max(1, min(pack.course_shard_size(images), images // (2 * max(1, max_workers))))
 
 
 def workers_or_one(workers: int) -> int:

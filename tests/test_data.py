@@ -175,7 +175,8 @@ def test_jpegs_are_as_large_as_imagenets_on_average():
 # ------------------------------------------------------------------------ small-data mode
 
 
-def test_default_count_follows_packlab_count(monkeypatch):
+def test_default_count_follows_packlab_count(monkeypatch, tmp_path):
+    monkeypatch.setenv("PACKLAB_SETTINGS", str(tmp_path / "no-settings.mk"))  # whatever this checkout's settings.mk says
     monkeypatch.delenv(data.COUNT_ENV_VAR, raising=False)
     assert data.default_count() == data.DEFAULT_COUNT == 10_000
     monkeypatch.setenv(data.COUNT_ENV_VAR, "2000")
@@ -193,6 +194,7 @@ def test_a_bad_packlab_count_is_named_in_the_error(monkeypatch, value, problem):
 
 
 def test_ensure_and_generation_follow_packlab_count(monkeypatch, tmp_path):
+    monkeypatch.setenv("PACKLAB_SETTINGS", str(tmp_path / "no-settings.mk"))
     monkeypatch.setenv(data.COUNT_ENV_VAR, str(data.MIN_COUNT))
     root = data.ensure(tmp_path / "small", seed=3, progress=False)
     assert len(data.load_manifest(root)) == data.MIN_COUNT
@@ -206,6 +208,7 @@ def test_ensure_and_generation_follow_packlab_count(monkeypatch, tmp_path):
 def test_cli_verify_checks_the_size_only_when_one_is_asked_for(copy_of_small):
     cmd = [sys.executable, "-m", "packlab.data", "--root", str(copy_of_small), "--verify", "-q"]
     env = {k: v for k, v in os.environ.items() if k != data.COUNT_ENV_VAR}
+    env["PACKLAB_SETTINGS"] = str(copy_of_small / "no-settings.mk")
     assert subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).returncode == 0
     wrong = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**env, data.COUNT_ENV_VAR: "2000"})
     assert wrong.returncode == 1 and "lists 60 images" in wrong.stderr and "PACKLAB_COUNT=2000" in wrong.stderr

@@ -21,6 +21,11 @@ PINS = {"torch": "2.13.0", "torchvision": "0.28.0", "jupyterlab": "4.6.6", "jupy
         "ipykernel": "7.4.0"}
 
 
+SETTINGS = (doctor.SettingLine("PACKLAB_COUNT", "10000", "the default"),
+            doctor.SettingLine("PACKLAB_DATA", "/data", "settings.mk"))
+TRIALS = (doctor.WorkerTrial("fork", True, 2.1), doctor.WorkerTrial("spawn", True, 6.3))
+
+
 def good() -> doctor.Facts:
     """A machine that passes every check."""
     return doctor.Facts(
@@ -29,7 +34,15 @@ def good() -> doctor.Facts:
         start_methods=("fork", "spawn", "forkserver"), packages=dict(PINS), pins=dict(PINS),
         lab_extensions={name: True for name in doctor.LAB_EXTENSIONS}, executable=sys.executable,
         kernel_python=sys.executable, data_count=10_000, data_problems=(), expected_count=10_000,
+        repo_root=Path("/home/you/packed-data"), uv_version=(0, 13, 9), uv_path="/usr/bin/uv", settings=SETTINGS,
+        worker_trials=TRIALS,
     )
+
+
+def failed_trial(method: str, error: str = "", timed_out: bool = False) -> tuple[doctor.WorkerTrial, ...]:
+    """TRIALS with ``method``'s trial failed as given."""
+    return tuple(doctor.WorkerTrial(t.method, False, None if timed_out else 3.0, error, timed_out) if t.method == method
+                 else t for t in TRIALS)
 
 
 def result(facts: doctor.Facts, name: str) -> doctor.Result:
@@ -40,8 +53,9 @@ def result(facts: doctor.Facts, name: str) -> doctor.Result:
 def test_a_good_machine_passes_every_check():
     results = doctor.run_checks(good())
     assert all(r.ok for r in results), doctor.report(results)
-    assert [r.name for r in results] == ["Python", "environment", "notebook kernel", "cores", "memory", "free disk",
-                                         "/dev/shm", "start methods", "JupyterLab", "data"]
+    assert [r.name for r in results] == ["Python", "uv", "settings", "environment", "notebook kernel", "cores", "memory",
+                                         "free disk", "/dev/shm", "start methods", "DataLoader workers", "location",
+                                         "JupyterLab", "data"]
     assert doctor.report(results).endswith("READY: every check passed.")
 
 
@@ -67,6 +81,22 @@ FAILURES = {
     "unverifiable data": ("data", dict(data_count=None, data_unverified=True), "make setup"),
     "other size": ("data", dict(data_count=2000), "PACKLAB_COUNT"),
     "bad count setting": ("data", dict(count_setting="PACKLAB_COUNT='lots' is not a whole number of images"), "unset PACKLAB_COUNT"),
+    "old uv": ("uv", dict(uv_version=(0, 6, 3)), "uv self update"),
+    "unreadable settings file": ("settings", dict(settings=(), settings_problem="settings.mk, line 2: 'COUNT=2' is not a course setting"),
+                                 "make configure"),
+    "CUDA build without a GPU": ("environment", dict(torch_cuda="13.0"), "make configure TORCH_BACKEND=cpu"),
+    "fork crashes on macOS": ("DataLoader workers", dict(platform="darwin", worker_trials=failed_trial(
+        "fork", "RuntimeError: DataLoader worker (pid(s) 4711) exited unexpectedly")), "unsafe on macOS"),
+    "spawn too slow": ("DataLoader workers", dict(worker_trials=failed_trial("spawn", "no result within 90 s", timed_out=True)),
+                       "compute node"),
+    "workers without shared memory": ("DataLoader workers", dict(worker_trials=failed_trial(
+        "fork", "RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error.")), "--shm-size"),
+    "workers fail otherwise": ("DataLoader workers", dict(worker_trials=failed_trial("spawn", "ImportError: no module x")),
+                               "instructor"),
+    "no torch for the trial": ("DataLoader workers", dict(worker_trials=None), "make setup"),
+    "clone on a Windows drive under WSL": ("location", dict(wsl=True, repo_root=Path("/mnt/c/Users/you/packed-data")),
+                                           "Linux home folder"),
+    "data on a Windows drive under WSL": ("location", dict(wsl=True, data_root=Path("/mnt/d/packed-data")), "PACKLAB_DATA"),
 }
 
 
@@ -92,6 +122,42 @@ def test_what_cannot_be_measured_is_not_a_failure():
     results = doctor.run_checks(facts)
     assert all(r.ok for r in results), doctor.report(results)
     assert "spawn is macOS's default" in result(facts, "start methods").found
+
+
+def test_a_cuda_build_passes_where_it_was_chosen_or_the_cpu_index_unreachable_or_a_gpu_is_there():
+    fallback = "pypi: fallback from cpu on 2026-11-28, https://download.pytorch.org/whl/cpu/torch/ is not reachable from here"
+    chosen = (*SETTINGS, doctor.SettingLine("TORCH_BACKEND", "pypi", "settings.mk"))
+    for changes in (dict(torch_record=fallback), dict(settings=chosen), dict(gpu=True)):
+        facts = dataclasses.replace(good(), torch_cuda="13.0", **changes)
+        assert result(facts, "environment").ok, changes
+    said = result(dataclasses.replace(good(), torch_cuda="13.0", torch_record=fallback), "environment").found
+    assert "not reachable" in said and "3.6 GB" in said  # the fallback is stated, not silent
+    assert "CPU-only" in result(good(), "environment").found
+
+
+def test_a_cpu_backend_recorded_over_a_cuda_build_is_still_a_cross():
+    """make setup records what it asked for; the build torch reports is what counts."""
+    facts = dataclasses.replace(good(), torch_cuda="13.0", torch_record="cpu")
+    assert not result(facts, "environment").ok
+
+
+def test_mnt_outside_wsl_is_fine():
+    facts = dataclasses.replace(good(), repo_root=Path("/mnt/projects/packed-data"), data_root=Path("/mnt/scratch"))
+    assert result(facts, "location").ok
+
+
+def test_every_setting_is_shown_with_its_source():
+    found = result(good(), "settings").found
+    assert "PACKLAB_COUNT=10000 (the default)" in found and "PACKLAB_DATA=/data (settings.mk)" in found
+
+
+def test_the_workers_line_gives_each_start_methods_time():
+    assert result(good(), "DataLoader workers").found.endswith("fork 2.1 s, spawn 6.3 s")
+
+
+def test_the_uv_floor_is_the_makefiles():
+    makefile = (paths.repo_root() / "Makefile").read_text()
+    assert f"MIN_UV := {'.'.join(map(str, doctor.MIN_UV))}" in makefile
 
 
 def test_small_data_mode_is_named():
@@ -130,3 +196,109 @@ def test_environment_sizes_add_up(tmp_path):
     labels = [label for label, _, _ in costs]
     assert any(label.startswith("book tools") for label in labels) and any(label.startswith("test tools") for label in labels)
     assert "in all" in footprint.sizes_report(costs)
+
+
+# ------------------------------------------------------- the facts, gathered from a faked machine
+
+
+def test_uv_version_is_read_from_the_uv_on_path(tmp_path, monkeypatch):
+    from packlab.course.doctor import machine
+
+    fake = tmp_path / "bin" / "uv"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'uv 0.6.3 (a1b2c3 2025-02-24)'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    version, where = machine.uv_facts(tmp_path)
+    assert (version, where) == ((0, 6, 3), str(fake))
+    assert not doctor.checks.check_uv(dataclasses.replace(good(), uv_version=version, uv_path=where)).ok
+
+
+def test_torch_cuda_is_read_from_torch_version_py_without_importing_torch(tmp_path, monkeypatch):
+    import importlib.machinery
+    import importlib.util
+
+    from packlab.course.doctor import machine
+
+    package = tmp_path / "torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    spec = importlib.machinery.ModuleSpec("torch", None, origin=str(package / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "torch" else None)
+    (package / "version.py").write_text("__version__ = '2.13.0+cu130'\ncuda: Optional[str] = '13.0'\nhip = None\n")
+    assert machine.torch_cuda() == "13.0"
+    (package / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert machine.torch_cuda() is None
+
+
+def test_a_broken_settings_file_is_a_cross_and_the_rest_is_still_checked(tmp_path, monkeypatch):
+    from packlab.course.doctor import machine
+
+    broken = tmp_path / "settings.mk"
+    broken.write_text("PACKLAB_COUNT ?= 2000\nCOUNT=2\n")
+    monkeypatch.setenv("PACKLAB_SETTINGS", str(broken))
+    monkeypatch.delenv("PACKLAB_DATA", raising=False)
+    facts = machine.gather(try_workers=False)
+    assert "line 2" in facts.settings_problem and str(broken) in facts.settings_problem
+    assert facts.data_root == paths.repo_root() / "data"  # looked at as if there were no settings file
+    assert not doctor.checks.check_settings(facts).ok
+
+
+def test_settings_are_shown_with_where_they_came_from(tmp_path, monkeypatch):
+    from packlab.course.doctor import machine
+
+    written = tmp_path / "settings.mk"
+    written.write_text("PACKLAB_COUNT ?= 2000\nVENV ?= /scratch/venv\n")
+    monkeypatch.setenv("PACKLAB_SETTINGS", str(written))
+    monkeypatch.setenv("PACKLAB_DATA", str(tmp_path / "data"))
+    monkeypatch.delenv("PACKLAB_COUNT", raising=False)
+    lines, problem = machine.settings_facts()
+    shown = {line.name: (line.value, line.origin) for line in lines}
+    assert problem is None
+    assert shown["PACKLAB_COUNT"] == ("2000", "settings.mk") and shown["VENV"] == ("/scratch/venv", "settings.mk")
+    assert shown["PACKLAB_DATA"] == (str(tmp_path / "data"), "the environment")
+    assert shown["TORCH_BACKEND"][1] == "the default"
+
+
+@pytest.fixture(scope="module")
+def trial_images(tmp_path_factory):
+    from packlab import data
+    from packlab.course.doctor import workers
+
+    root = tmp_path_factory.mktemp("trial")
+    data.generate(root, count=workers.IMAGES, workers=1, progress=False)
+    return root
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_trial_past_its_limit_is_a_timeout_and_leaves_no_process(trial_images):
+    from packlab.course.doctor import workers
+
+    trial = workers.run_trial(trial_images, "spawn", time_limit=0.5)  # no interpreter imports torch that fast
+    assert not trial.ok and trial.timed_out and trial.seconds is None
+    assert not _processes_mentioning(str(trial_images))
+    assert "compute node" in doctor.checks.check_workers(dataclasses.replace(good(), worker_trials=(trial,))).todo
+
+
+def test_a_trial_that_fails_says_why(trial_images, tmp_path):
+    import shutil
+
+    from packlab.course.doctor import workers
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(trial_images, damaged)
+    (damaged / "images" / "000007.jpg").write_bytes(b"not a jpeg")
+    trial = workers.run_trial(damaged, "fork")
+    assert not trial.ok and not trial.timed_out and "000007.jpg" in trial.error
+    good_trial = workers.run_trial(trial_images, "fork")
+    assert good_trial.ok and good_trial.seconds > 0

@@ -202,3 +202,15 @@ def test_cached_artefacts_are_rebuilt_when_the_dataset_is_newer(tmp_path, small_
 
     os.utime(data.paths.manifest_path(root))  # as if regenerated
     assert pack.ensure_zip(root=root, progress=False).stat().st_mtime_ns != mtime
+
+
+def test_the_course_shards_are_ten_whatever_the_size(tmp_path, small_root):
+    """Chapter 6 splits them over two ranks of two workers: a fixed 1,000 a shard gave 2,000 images two shards."""
+    assert [pack.course_shard_size(n) for n in (10_000, 2_000, 500, 60)] == [1000, 200, 50, 6]
+    assert all(-(-n // pack.course_shard_size(n)) == pack.COURSE_SHARDS for n in (10_000, 2_345, 2_000, 999, 500))
+    import shutil
+
+    root = shutil.copytree(small_root, tmp_path / "root")
+    shards = pack.ensure_tar_shards(root=root, progress=False)
+    assert len(shards) == pack.COURSE_SHARDS
+    assert sum(len(_tar_members(s)) for s in shards) == 2 * len(data.load_manifest(root))

@@ -3,7 +3,8 @@ from pathlib import Path
 from packlab import paths
 
 
-def test_default_data_root_is_in_the_repository(monkeypatch):
+def test_default_data_root_is_in_the_repository(monkeypatch, tmp_path):
+    monkeypatch.setenv("PACKLAB_SETTINGS", str(tmp_path / "no-settings.mk"))
     monkeypatch.delenv(paths.DATA_ENV_VAR, raising=False)
     assert paths.data_root() == paths.repo_root() / "data"
     assert (paths.repo_root() / "packlab" / "paths.py").is_file()

@@ -16,13 +16,13 @@ class FakeProcess:
 @pytest.fixture
 def fake_phases(monkeypatch, tmp_path):
     monkeypatch.setattr(testrun.paths, "build_dir", lambda: tmp_path)
-    monkeypatch.setattr(testrun, "convert_notebooks", lambda root: [])
+    monkeypatch.setattr(testrun, "convert_notebooks", lambda root, out_dir=None: [])
     started = []
 
     def use(empty=None):
         commands = testrun.phase_commands(4, 600, [])
 
-        def fake_popen(command, cwd, stdout=None, stderr=None):
+        def fake_popen(command, cwd, stdout=None, stderr=None, env=None):
             phase = next(p for p, c in commands.items() if c == command)
             started.append(phase)
             return FakeProcess(testrun.NO_TESTS_COLLECTED if phase == empty else 0)
@@ -33,7 +33,8 @@ def fake_phases(monkeypatch, tmp_path):
     return use
 
 
-@pytest.mark.parametrize("empty, expected", [("serial", 0), ("unit", 1), ("notebooks", 1), ("browser", 1)])
+@pytest.mark.parametrize("empty, expected", [("serial", 0), ("unit", 1), ("notebooks", 1), ("browser", 1),
+                                             ("notebooks-small", 1)])
 def test_a_phase_that_collects_nothing_fails_unless_it_may_be_empty(fake_phases, tmp_path, empty, expected):
     fake_phases(empty)
     assert testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[]) == expected
@@ -41,14 +42,14 @@ def test_a_phase_that_collects_nothing_fails_unless_it_may_be_empty(fake_phases,
 
 
 def test_the_machine_is_alone_for_serial_tests_and_notebooks_and_shared_by_unit_and_browser_tests():
-    assert testrun.STAGES == (("serial",), ("notebooks",), ("unit", "browser"))
+    assert testrun.STAGES == (("serial",), ("notebooks",), ("unit", "browser", "notebooks-small"))
     assert sorted(p for stage in testrun.STAGES for p in stage) == sorted(testrun.PHASES)
 
 
 def test_every_phase_starts_in_the_stage_order(fake_phases):
     started = fake_phases()
     testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[])
-    assert started == ["serial", "notebooks", "unit", "browser"]
+    assert started == ["serial", "notebooks", "unit", "browser", "notebooks-small"]
 
 
 def test_every_chapter_and_solution_is_converted_for_nbval_with_its_cells(tmp_path):
@@ -65,3 +66,11 @@ def test_every_chapter_and_solution_is_converted_for_nbval_with_its_cells(tmp_pa
         "_build/nbtest/chapters/01_one.ipynb", "_build/nbtest/solutions/02_two.ipynb"]
     cells = nbformat.read(converted[0], as_version=4).cells
     assert [(c.cell_type, c.source) for c in cells] == [("markdown", "# Title"), ("code", "x = 1")]
+
+
+def test_the_small_data_phase_runs_every_notebook_at_2000_images_in_a_data_folder_of_its_own(tmp_path):
+    notebooks = [tmp_path / "_build" / "nbtest-small" / "chapters" / "06_x.ipynb"]
+    command = testrun.phase_commands(4, 600, [], notebooks)["notebooks-small"]
+    assert str(notebooks[0]) in command and "packlab.course.pytest_book_cache" not in command  # not the book's numbers
+    env = testrun.small_data_env(tmp_path)
+    assert env["PACKLAB_COUNT"] == "2000" and env["PACKLAB_DATA"] == str(tmp_path / "_build" / "small-data")

@@ -6,13 +6,17 @@
 
 from __future__ import annotations
 
-import tomllib
-
 from packlab import paths
 
 
 def no_deps_pins() -> list[str]:
     """``name==version`` of every package to install with ``--no-deps``."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10, which the course supports, has no tomllib: read the array by pattern
+        from packlab.course.installed import _array
+
+        return [f"{name}=={pinned}" for name, pinned in _array((paths.repo_root() / "pyproject.toml").read_text(), "no-deps")]
     project = tomllib.loads((paths.repo_root() / "pyproject.toml").read_text())
     return list(project.get("tool", {}).get("packlab", {}).get("no-deps", []))
 

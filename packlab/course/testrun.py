@@ -12,6 +12,12 @@
    build the book from the notebooks' cache and drive JupyterLab, one test file per
    process. Neither phase times anything, so they may share the machine; the browser
    tests' output is printed when they end, not mixed into the unit tests'.
+5. **and, at the same time, every chapter and solution notebook again in the small-data
+   mode** (``notebooks-small``: :data:`SMALL_COUNT` images, generated under
+   ``_build/small-data/``, the notebooks converted into ``_build/nbtest-small/``): what a
+   JupyterHub with a small quota runs. Its measurements are not the book's (nothing goes
+   to the book's cache), so it may share the cores with the unit tests; what it checks
+   is that every cell runs and every assertion holds at that size.
 
 Every phase runs even when an earlier one failed, so one run reports everything; the
 exit status is non-zero when any phase failed. A phase that collects no test at all is
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -37,9 +44,16 @@ from pathlib import Path
 from packlab import paths
 from packlab.course.pytest_book_cache import NBTEST_DIR
 
-PHASES = ("serial", "notebooks", "unit", "browser")
+PHASES = ("serial", "notebooks", "unit", "browser", "notebooks-small")
 #: Phases run one group after another; the phases of one group run at the same time.
-STAGES = (("serial",), ("notebooks",), ("unit", "browser"))
+STAGES = (("serial",), ("notebooks",), ("unit", "browser", "notebooks-small"))
+#: The small-data mode's size (setup.md recommends it for a JupyterHub with a small quota).
+SMALL_COUNT = 2000
+#: The small-data phase's notebooks run behind the unit tests for the cores (``nice``, where there is one).
+NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
+#: Where the small-data phase converts its notebooks and generates its dataset.
+NBTEST_SMALL_DIR = Path("_build") / "nbtest-small"
+SMALL_DATA_DIR = Path("_build") / "small-data"
 #: Processes for the tests marked ``serial``: one per core, at most two.
 SERIAL_JOBS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 #: Phases that may select no test at all (pytest's exit status 5 there is not a failure).
@@ -57,13 +71,11 @@ def notebook_sources(root: Path) -> list[Path]:
     return found
 
 
-def convert_notebooks(root: Path) -> list[Path]:
-    """Write each MyST notebook as ``_build/nbtest/<folder>/<name>.ipynb`` for nbval; return the paths."""
-    import shutil
-
+def convert_notebooks(root: Path, out_dir: Path = NBTEST_DIR) -> list[Path]:
+    """Write each MyST notebook as ``<out_dir>/<folder>/<name>.ipynb`` for nbval (default ``_build/nbtest/``); return the paths."""
     import jupytext  # in this process: one ``python -m jupytext`` per notebook cost ~5 s each on 2 cores
 
-    out = root / NBTEST_DIR
+    out = root / out_dir
     shutil.rmtree(out, ignore_errors=True)
     converted = []
     for source in notebook_sources(root):
@@ -74,7 +86,13 @@ def convert_notebooks(root: Path) -> list[Path]:
     return converted
 
 
-def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[str, list[str]]:
+def small_data_env(root: Path) -> dict[str, str]:
+    """The environment of the small-data phase: its count and data folder, whatever the checkout's settings say."""
+    return {**os.environ, "PACKLAB_COUNT": str(SMALL_COUNT), "PACKLAB_DATA": str(root / SMALL_DATA_DIR)}
+
+
+def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
+                   small_notebooks: list[Path] | None = None) -> dict[str, list[str]]:
     """The pytest command line of each phase."""
     # The 20 slowest tests or cells of each phase are listed at its end: where the time went.
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=20"]
@@ -91,7 +109,15 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path]) -> dict[
         # Its own temporary folder: it runs beside the unit tests' session.
         "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache",
                     "-n", "2", "--dist", "loadfile", f"--basetemp={paths.build_dir() / 'pytest-browser'}"],
+        # Not handed to the book's cache: these runs measure the small dataset beside the unit tests, at a lower
+        # priority (nice), so that the unit tests that wait with a timeout get the cores first.
+        "notebooks-small": [*NICE, *pytest, *map(str, small_notebooks or []), "--nbval-lax", "--nbval-current-env",
+                            f"--nbval-cell-timeout={cell_timeout}", f"--basetemp={paths.build_dir() / 'pytest-small'}"],
     }
+
+
+#: Phases that run with an environment of their own (see :func:`small_data_env`).
+PHASE_ENV = {"notebooks-small": small_data_env}
 
 
 def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> dict[str, dict]:
@@ -103,7 +129,9 @@ def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> 
     for index, phase in enumerate(stage):
         print(f"\n==== make test, phase {phase}: {' '.join(commands[phase][2:])}", flush=True)
         log = None if index == 0 else tempfile.TemporaryFile(mode="w+")
-        running[phase] = (subprocess.Popen(commands[phase], cwd=root, stdout=log, stderr=subprocess.STDOUT if log else None), log)
+        env = PHASE_ENV[phase](root) if phase in PHASE_ENV else None
+        running[phase] = (subprocess.Popen(commands[phase], cwd=root, stdout=log, stderr=subprocess.STDOUT if log else None,
+                                           env=env), log)
     times = {}
     for phase, (process, log) in running.items():
         status = process.wait()
@@ -122,7 +150,12 @@ def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> 
 def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
     root = paths.repo_root()
     notebooks = convert_notebooks(root) if "notebooks" in only else []
-    commands = {phase: command + extra for phase, command in phase_commands(jobs, cell_timeout, notebooks).items()}
+    small = convert_notebooks(root, NBTEST_SMALL_DIR) if "notebooks-small" in only else []
+    if small:  # the small dataset, before its phase starts (seconds; nothing if it is there already)
+        subprocess.run([sys.executable, "-m", "packlab.data", "-q"], cwd=root, env=small_data_env(root), check=True,
+                       timeout=1800)
+    commands = {phase: command + extra
+                for phase, command in phase_commands(jobs, cell_timeout, notebooks, small).items()}
     times: dict[str, dict] = {}
     total = 0.0
     for stage in STAGES:

@@ -1,54 +1,17 @@
-"""Is this machine ready for the course? A go/no-go check, one line per need (``make doctor``).
+"""The doctor's checks: one function per need, each a function of a :class:`Facts` record.
 
-::
-
-    make doctor                         # after make setup; or, without make:
-    python -m packlab.course.doctor     # from the repository root, in the course's environment
-    python3 -m packlab.course.doctor    # also works with a bare python3, before make setup
-    python -m packlab.course.doctor --sizes   # what each part of the environment takes on disk
-
-Each line is ✓ (fine) or ✗ (the course will fail or mislead here), and a ✗ says what to
-do. The exit status is 0 when nothing is ✗. What is checked, and why:
-
-* **Python** 3.10 or newer (``pyproject.toml`` requires it; macOS's own ``python3`` is 3.9);
-* **the environment**: the pinned torch and torchvision import, from this repository's
-  environment, and the kernel JupyterLab starts for the notebooks runs that same Python
-  (a ``python3`` kernel registered in the home folder can point elsewhere);
-* **cores**: at least :data:`MIN_CORES` this process may use (CPU affinity and container
-  limits count): with one core, "two workers" measure nothing;
-* **memory**: at least :data:`MIN_MEMORY_GIB` GiB, the smaller of the machine's and a
-  container's limit (a JupyterHub pod's);
-* **free disk** at the data root, against what the course will still write there: the
-  dataset if it is not generated yet, and the packed copies the chapters write
-  (:func:`packlab.course.footprint.disk_needed`);
-* **/dev/shm**: DataLoader workers hand batches over through it; Docker and Kubernetes
-  give 64 MB unless told otherwise;
-* **start methods**: chapters 3 to 10 ask for ``fork``; Windows has none;
-* **JupyterLab** with jupytext (a ``.md`` chapter opens as a notebook) and
-  jupyterlab-myst (the ``{eval}`` numbers in the prose render), both lab extensions present;
-* **the data**: generated, every file matching its manifest, at the size the course is
-  set to (``PACKLAB_COUNT``, small-data mode, see :mod:`packlab.data`).
-
-Every check is a function of a :class:`Facts` record, so the tests fake any machine;
-:func:`gather` collects the facts of this one.
+A check returns a :class:`Result`, ✓ or ✗ with what was found and, under a ✗, what to
+do. Nothing here looks at the machine (:mod:`packlab.course.doctor.machine` gathers the
+facts), so the tests fake any machine by changing one fact of a good one.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import json
 import os
-import platform
-import re
-import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from packlab import paths
-from packlab.course import footprint
-from packlab.course.footprint import MEAN_JPEG_BYTES, disk_needed, pinned_versions
 
 #: The oldest Python the course runs on (``requires-python`` in pyproject.toml).
 MIN_PYTHON = (3, 10)
@@ -61,6 +24,10 @@ MIN_MEMORY_GIB = 4.0
 #: Shared memory the DataLoader workers need, in MiB: two workers with two batches of 64
 #: images in flight each (a batch of 64 standard 3x224x224 float32 images is 38.5 MB).
 MIN_SHM_MIB = 512
+#: The oldest uv that honours TORCH_BACKEND (``MIN_UV`` in the Makefile says the same; a test compares).
+MIN_UV = (0, 7, 14)
+#: Where a Windows drive appears inside WSL: files there are reached through a network protocol.
+WSL_WINDOWS_DRIVES = "/mnt/"
 #: The extensions JupyterLab needs for the chapters: lab extension folder -> what it does.
 LAB_EXTENSIONS = {
     "jupyterlab-jupytext": "a .md chapter opens as a notebook",
@@ -71,6 +38,26 @@ LAB_PACKAGES = {"jupyterlab": "jupyterlab", "jupytext": "jupytext", "jupyterlab_
 
 OK, FAIL = "✓", "✗"
 SETUP_PAGE = "setup.md (the book's 'Setting up' page)"
+
+
+@dataclass(frozen=True)
+class WorkerTrial:
+    """One start method's trial: a batch of images through ``DataLoader(num_workers=2)`` (:mod:`.workers`)."""
+
+    method: str  # fork, spawn, forkserver
+    ok: bool
+    seconds: float | None  # the whole trial, interpreter start included; None: timed out
+    error: str = ""  # the error's last line, when it failed
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SettingLine:
+    """A course setting as the doctor shows it: its value and where that came from (:mod:`packlab.settings`)."""
+
+    name: str
+    value: str
+    origin: str  # "the settings file", "the environment", "the default"
 
 
 @dataclass(frozen=True)
@@ -98,6 +85,15 @@ class Facts:
     count_setting: str | None = None  # a bad PACKLAB_COUNT's message
     wsl: bool = False  # Linux under Windows' WSL
     data_unverified: bool = False  # a dataset is there, but this Python cannot read it (no numpy yet)
+    repo_root: Path = Path("/home/you/packed-data")  # the clone
+    uv_version: tuple[int, ...] | None = None  # None: no uv on PATH nor in .tools/
+    uv_path: str = ""
+    settings: tuple[SettingLine, ...] = ()
+    settings_problem: str | None = None  # a settings file that cannot be read
+    gpu: bool = False  # an NVIDIA driver is loaded
+    torch_cuda: str | None = None  # the CUDA version torch was built for (torch.version.cuda); None: a CPU build
+    torch_record: str | None = None  # <environment>/.torch-backend: how make setup chose torch's build
+    worker_trials: tuple[WorkerTrial, ...] | None = None  # None: not run (no torch here yet)
 
 
 @dataclass(frozen=True)
@@ -145,8 +141,23 @@ def check_environment(f: Facts) -> Result:
         return Result("environment", False, f"versions differ from pyproject.toml: {listed}",
                       "recreate the environment: `make distclean setup` (keeps nothing but the repository)")
     torch = f.packages["torch"]
-    build = " (CPU-only build)" if "+cpu" in torch else " (CUDA build: its libraries take GBs the course does not use)" if "+cu" in torch else ""
-    return Result("environment", True, f"torch {torch}{build}, torchvision {f.packages['torchvision']}, in {f.executable}")
+    where = f"torchvision {f.packages['torchvision']}, in {f.executable}"
+    if f.torch_cuda and not f.gpu:
+        chosen = _setting(f, "TORCH_BACKEND") == "pypi" or (f.torch_record or "").startswith("pypi")
+        if not chosen:
+            prefix = str(Path(f.executable).parent.parent)
+            return Result(
+                "environment", False,
+                f"torch {torch} is a CUDA {f.torch_cuda} build on a machine without an NVIDIA GPU: 3.6 GB of CUDA "
+                "libraries the course never uses",
+                f"recreate it with PyTorch's CPU wheels: `make configure TORCH_BACKEND=cpu`, then `rm -rf {prefix} && make setup`\n"
+                "(check first that https://download.pytorch.org/whl/cpu/ opens from here; where it does not, "
+                "`make configure TORCH_BACKEND=pypi` keeps this build on purpose)")
+        why = (f.torch_record or "").partition(":")[2].strip() or "TORCH_BACKEND=pypi"
+        return Result("environment", True, f"torch {torch}, PyPI's CUDA {f.torch_cuda} build ({why}; its 3.6 GB of CUDA libraries "
+                                           f"go unused without a GPU), {where}")
+    build = f" (CUDA {f.torch_cuda} build)" if f.torch_cuda else " (CPU-only build)"
+    return Result("environment", True, f"torch {torch}{build}, {where}")
 
 
 def check_kernel(f: Facts) -> Result:
@@ -191,8 +202,8 @@ def check_disk(f: Facts) -> Result:
         return Result("free disk", True, f"{free:.1f} GB free at {f.data_root}; the course will write {need:.1f} GB more there")
     return Result(
         "free disk", False, f"{free:.1f} GB free at {f.data_root}, but the course will write {need:.1f} GB more there",
-        f"free some space, put the data elsewhere (`export {paths.DATA_ENV_VAR}=/bigger/disk/packed-data`), "
-        f"or use the small-data mode (`export PACKLAB_COUNT=2000`); `make clean-packed` removes the packed copies",
+        f"free some space, put the data elsewhere (`make configure {paths.DATA_ENV_VAR}=/bigger/disk/packed-data`), "
+        f"or use the small-data mode (`make configure PACKLAB_COUNT=2000`); `make clean-packed` removes the packed copies",
     )
 
 
@@ -238,26 +249,102 @@ def check_jupyterlab(f: Facts) -> Result:
 
 def check_data(f: Facts) -> Result:
     if f.count_setting:
-        return Result("data", False, f.count_setting, "unset PACKLAB_COUNT, or set it to a number such as 2000")
+        return Result("data", False, f.count_setting,
+                      "unset PACKLAB_COUNT, or set it to a number such as 2000: `make configure PACKLAB_COUNT=2000`")
     if f.data_unverified:
         return Result("data", False, f"found under {f.data_root}, but this Python cannot verify it",
                       "run `make setup`, then `make doctor` (it verifies every file)")
     if f.data_count is None:
         return Result("data", False, f"not generated yet under {f.data_root}",
-                      "run `make data` (about half a minute on two cores; 2,000 images with PACKLAB_COUNT=2000)")
+                      "run `make data` (about half a minute on two cores; `make doctor` does it first), "
+                      "or `make configure PACKLAB_COUNT=2000` first for the small-data mode")
     if f.data_problems:
         shown = "; ".join(f.data_problems[:3]) + (f" (and {len(f.data_problems) - 3} more)" if len(f.data_problems) > 3 else "")
         return Result("data", False, f"does not match its manifest: {shown}",
                       "regenerate it: `python -m packlab.data --force` (about half a minute)")
     if f.data_count != f.expected_count:
         return Result("data", False, f"{f.data_count} images under {f.data_root}, but the course is set to {f.expected_count}",
-                      "run `make data` to generate them, or set PACKLAB_COUNT to the size you have")
+                      f"record the size you have: `make configure PACKLAB_COUNT={f.data_count}`; "
+                      f"or generate {f.expected_count}: `make data`")
     mode = " (small-data mode)" if f.expected_count < 10_000 else ""
     return Result("data", True, f"{f.data_count:,} images{mode} under {f.data_root}, every file matching its manifest")
 
 
-CHECKS = (check_python, check_environment, check_kernel, check_cores, check_memory, check_disk, check_shm,
-          check_start_methods, check_jupyterlab, check_data)
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _setting(f: Facts, name: str) -> str | None:
+    return next((s.value for s in f.settings if s.name == name), None)
+
+
+def check_uv(f: Facts) -> Result:
+    least = ".".join(map(str, MIN_UV))
+    if f.uv_version is None:
+        return Result("uv", True, "not on PATH (make setup installs one into .tools/ when it needs it; "
+                                  "a conda environment needs none)")
+    version = ".".join(map(str, f.uv_version))
+    if f.uv_version >= MIN_UV:
+        return Result("uv", True, f"{version} ({f.uv_path})")
+    return Result(
+        "uv", False, f"{version} ({f.uv_path}) is older than {least}, whose --torch-backend is more than a preview: "
+                     "an older uv may ignore TORCH_BACKEND without a word and install PyPI's torch with 3.6 GB of "
+                     "CUDA libraries",
+        "update it: `uv self update` (or `pip install --upgrade uv`); or take it off PATH, and `make setup` "
+        "installs a current one into .tools/")
+
+
+def check_settings(f: Facts) -> Result:
+    if f.settings_problem:
+        return Result("settings", False, f.settings_problem,
+                      "rewrite it with `make configure NAME=value` (delete the file first), or delete it")
+    shown = ", ".join(f"{s.name}={s.value} ({s.origin})" for s in f.settings)
+    return Result("settings", True, shown or "none")
+
+
+def check_workers(f: Facts) -> Result:
+    if f.worker_trials is None:
+        return Result("DataLoader workers", False, "not tried: torch is not installed here (see the environment line)",
+                      "run `make setup`, then `make doctor` again")
+    shown = ", ".join(f"{t.method} {t.seconds:.1f} s" if t.ok else f"{t.method} FAILED" for t in f.worker_trials)
+    found = f"64 images through DataLoader(num_workers=2): {shown}"
+    failed = [t for t in f.worker_trials if not t.ok]
+    if not failed:
+        return Result("DataLoader workers", True, found)
+    todo = []
+    for trial in failed:
+        if trial.timed_out:
+            todo.append(f"{trial.method}: no batch within the time limit. A loaded machine (a login node?) or a hung "
+                        "worker: on a cluster run on a compute node (`salloc`, see the setup page); else rerun, "
+                        "and send this output to your instructor if it repeats")
+        elif any(word in trial.error for word in ("Bus error", "No space left", "shm", "shared memory")):
+            todo.append(f"{trial.method}: {trial.error} - /dev/shm is too small: `docker run --shm-size=2g`, or "
+                        "an emptyDir with `medium: Memory` at /dev/shm (see the setup page)")
+        elif trial.method == "fork" and f.platform == "darwin":
+            todo.append(f"fork: {trial.error} - Python calls fork unsafe on macOS; the chapters' fork cells may crash "
+                        "the same way: rerun them, or follow those sections on the projector (see the setup page)")
+        else:
+            todo.append(f"{trial.method}: {trial.error} - send this output to your instructor")
+    return Result("DataLoader workers", False, found, "\n".join(todo))
+
+
+def check_location(f: Facts) -> Result:
+    windows = [f"{what} {where}" for what, where in (("the clone", f.repo_root), ("the data", f.data_root))
+               if f.wsl and str(where).startswith(WSL_WINDOWS_DRIVES)]
+    if not windows:
+        return Result("location", True, f"the clone at {f.repo_root}")
+    return Result(
+        "location", False, f"{' and '.join(windows)} on a Windows drive: WSL reaches those files through a network "
+                           "protocol, many times slower to open, which is what the course measures",
+        "clone into your Linux home folder (`cd ~ && git clone ...`) and work there; put the data there too "
+        "(`make configure PACKLAB_DATA=~/packed-data`, or leave it unset)")
+
+
+CHECKS = (check_python, check_uv, check_settings, check_environment, check_kernel, check_cores, check_memory,
+          check_disk, check_shm, check_start_methods, check_workers, check_location, check_jupyterlab, check_data)
 
 
 def run_checks(facts: Facts) -> list[Result]:
@@ -279,196 +366,3 @@ def report(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------- facts of this machine
-
-
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    for base, _, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(base, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def _existing_ancestor(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def memory_bytes() -> int | None:
-    """The memory this process may use: the machine's, or a container's (cgroup) limit when smaller."""
-    total = None
-    try:
-        meminfo = Path("/proc/meminfo").read_text()
-        total = int(re.search(r"MemTotal:\s+(\d+) kB", meminfo).group(1)) * 1024
-    except (OSError, AttributeError):
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            total = None
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(limit_file).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and (total is None or int(text) < total):
-            total = int(text)
-    return total
-
-
-def _installed(names) -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in names:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _kernel_python() -> str | None:
-    """The Python the notebooks' ``python3`` kernel runs, as the JupyterLab attendees use would start it.
-
-    That is ``make lab``'s JupyterLab, from this environment; on a JupyterHub (where
-    ``JUPYTERHUB_USER`` is set) it is the hub's own, whose ``jupyter`` is first on PATH.
-    """
-    if os.environ.get("JUPYTERHUB_USER") and shutil.which("jupyter"):
-        return _hub_kernel_python(shutil.which("jupyter"))
-    if importlib.util.find_spec("jupyter_client") is None:
-        return None
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-
-    try:
-        spec = KernelSpecManager().get_kernel_spec("python3")
-    except NoSuchKernel:
-        return None
-    command = spec.argv[0] if spec.argv else ""
-    # jupyter_client runs the server's own Python for a kernelspec that says just "python".
-    if command in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
-        return sys.executable
-    return command
-
-
-def _hub_kernel_python(jupyter: str) -> str | None:
-    """The Python of the ``python3`` kernel the ``jupyter`` command's server would start."""
-    import subprocess
-
-    try:
-        listed = subprocess.run([jupyter, "kernelspec", "list", "--json"], capture_output=True, text=True, timeout=60)
-        spec = json.loads(listed.stdout)["kernelspecs"]["python3"]["spec"]
-    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired):
-        return None
-    command = spec["argv"][0]
-    if command.startswith("python"):  # the server's own Python: the one in the jupyter command's first line
-        try:
-            first = Path(jupyter).read_text(errors="replace").splitlines()[0]
-        except (OSError, IndexError):
-            return command
-        return first[2:].strip() if first.startswith("#!") else command
-    return command
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _data_facts(root: Path) -> tuple[int | None, tuple[str, ...], int, str | None, int]:
-    """(images in the manifest or None, problems, expected count, a bad PACKLAB_COUNT's message, dataset bytes)."""
-    from packlab import data
-
-    try:
-        expected = data.default_count()
-        bad_setting = None
-    except ValueError as exc:
-        expected, bad_setting = data.DEFAULT_COUNT, str(exc)
-    if not paths.manifest_path(root).is_file():
-        return None, (), expected, bad_setting, 0
-    report = data.verify(root)
-    try:
-        manifest = data.load_manifest(root)
-    except data.DatasetError:
-        return None, tuple(report.problems), expected, bad_setting, 0
-    return len(manifest), tuple(report.problems), expected, bad_setting, sum(s.bytes for s in manifest)
-
-
-def gather(root: Path | None = None) -> Facts:
-    """The facts of this machine and this Python."""
-    import multiprocessing
-
-    root = root or paths.repo_root()
-    data_root = paths.data_root()
-    pins = pinned_versions(root)
-    packages = _installed(sorted(set(pins) | {"torch", "torchvision"} | set(LAB_PACKAGES.values())))
-    numpy_here = packages.get("numpy") is not None and packages.get("pillow") is not None
-    if numpy_here:
-        count, problems, expected, bad_setting, dataset_bytes = _data_facts(data_root)
-    else:  # a bare python3 before `make setup`: the data cannot be read yet
-        count, problems, expected, bad_setting, dataset_bytes = None, (), 10_000, None, 0
-    packed = paths.packed_dir(data_root)
-    have_packed = _folder_bytes(packed) if packed.is_dir() else 0
-    mean = dataset_bytes / count if count else MEAN_JPEG_BYTES
-    try:
-        free = shutil.disk_usage(_existing_ancestor(data_root)).free
-    except OSError:
-        free = None
-    try:
-        shm = shutil.disk_usage("/dev/shm").total if Path("/dev/shm").is_dir() else None
-    except OSError:
-        shm = None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    share = Path(sys.prefix) / "share" / "jupyter" / "labextensions"
-    return Facts(
-        python=tuple(sys.version_info[:3]),
-        platform=sys.platform,
-        machine=platform.machine(),
-        cores=cores,
-        memory_bytes=memory_bytes(),
-        data_root=data_root,
-        free_disk_bytes=free,
-        disk_needed_bytes=disk_needed(expected, dataset_bytes if count == expected and not problems else 0, have_packed, mean),
-        shm_bytes=shm,
-        start_methods=tuple(multiprocessing.get_all_start_methods()),
-        packages=packages,
-        pins=pins,
-        lab_extensions={name: (share / name / "package.json").is_file() for name in LAB_EXTENSIONS},
-        executable=sys.executable,
-        kernel_python=_kernel_python(),
-        data_count=count,
-        data_problems=problems,
-        expected_count=expected,
-        count_setting=bad_setting,
-        data_unverified=not numpy_here and paths.manifest_path(data_root).is_file(),
-        wsl=sys.platform == "linux" and "microsoft" in platform.release().lower(),
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m packlab.course.doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", action="store_true", help="instead: what each part of the environment takes on disk")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args(argv)
-    if args.sizes:
-        print(footprint.sizes_report(footprint.environment_costs()))
-        return 0
-    results = run_checks(gather())
-    if args.json:
-        print(json.dumps([r.__dict__ for r in results], indent=2))
-    else:
-        print(report(results))
-    return 0 if all(r.ok for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
