@@ -15,9 +15,22 @@ position, and it has three parts:
 3. **the shuffle buffer**: samples already read from the shards but not yet delivered.
    Saving their bytes would cost about 110 kB each (a 1,000-sample buffer is 110 MB per
    worker), so the state keeps where each one came from, ``(shard, position)``, and on
-   resume the buffer is **re-filled** by reading those samples again (the re-fill rule;
-   the buffer holds samples of the last few shards only). The random generator's state
-   is saved too, so the resumed run draws what the uninterrupted one would have drawn.
+   resume the buffer is **re-filled** by reading those samples again (the re-fill rule).
+   The random generator's state is saved too, so the resumed run draws what the
+   uninterrupted one would have drawn.
+
+**By byte offset.** A tar stream can start again at any member's header. So the state
+also keeps, for each buffered sample, the bytes ``[begin, end)`` it occupies in its shard,
+and for the current shard the byte where the next sample begins. A resumed reader then
+opens each shard *at* those offsets with a ranged opener (``open_from``: a ``seek`` for
+a local file, an HTTP ``Range`` request for S3 or a web server, as in chapter 10), one
+request per run of adjacent buffered samples, and reads the bytes of the samples it still
+has to deliver and nothing else. Without offsets (an opener without ``open_from``, a
+compressed shard, a dataset that reads its shards its own way) it reads each shard from
+byte 0 and passes over the samples before the ones it needs: a buffer's samples come from
+the last few shards, so each resume then reads up to a few shards again, per worker
+(:func:`resume_reads` counts both ways for a saved state; :func:`modelled_resume_reads`
+models 1 GB shards).
 
 :class:`ShardStream` is one reader's share, read through a shuffle buffer, as a state
 machine whose :meth:`~ShardStream.state` can be taken between any two samples.
@@ -46,7 +59,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 #: Raised when the layout of a saved state changes; a state of another version is refused.
-STATE_VERSION = 1
+#: Version 2: byte offsets of the buffered samples and of the position in the current shard.
+STATE_VERSION = 2
 
 
 class ResumeError(RuntimeError):
@@ -56,54 +70,134 @@ class ResumeError(RuntimeError):
 class Piece(NamedTuple):
     """A part of one shard that a reader still has to deliver.
 
-    ``positions`` None: every sample of ``shard`` from position ``start`` on. Otherwise
-    only the samples at these positions (samples that sat in a shuffle buffer).
+    ``positions`` None: every sample of ``shard`` from position ``start`` on, whose headers
+    begin at byte ``start_byte`` (None: not known, read the shard from byte 0). Otherwise
+    only the samples at these positions (samples that sat in a shuffle buffer), which
+    occupy the bytes ``spans`` (``(begin, end)`` each; None: not known).
     """
 
     shard: str
     start: int = 0
     positions: tuple[int, ...] | None = None
+    start_byte: int | None = 0
+    spans: tuple[tuple[int, int], ...] | None = None
 
     def to_list(self) -> list:
-        return [self.shard, self.start, None if self.positions is None else list(self.positions)]
+        return [self.shard, self.start, None if self.positions is None else list(self.positions), self.start_byte,
+                None if self.spans is None else [list(span) for span in self.spans]]
 
     @classmethod
     def from_list(cls, item: Sequence) -> Piece:
-        shard, start, positions = item
-        return cls(str(shard), int(start), None if positions is None else tuple(int(p) for p in positions))
+        shard, start, positions, start_byte, spans = item
+        return cls(str(shard), int(start), None if positions is None else tuple(int(p) for p in positions),
+                   None if start_byte is None else int(start_byte),
+                   None if spans is None else tuple((int(b), int(e)) for b, e in spans))
 
 
-def read_piece(piece: Piece, read_shard: Callable[[str], Iterable], start: int = 0) -> Iterator[tuple[int, Any]]:
-    """``(position in the shard, sample)`` for the samples of ``piece`` at or after ``start``.
+#: ``read_spans(shard, begin=0, end=None)``: ``(sample, begin, end)`` for the samples of ``shard``
+#: between those bytes, each with the bytes it occupies (None, None when the reader cannot tell);
+#: :func:`packlab.loaders.tar.read_sample_spans` for tar shards.
+SpanReader = Callable[..., Iterable]
 
-    The shard is read from its beginning (a tar stream cannot seek), the samples before
-    the piece are passed over undecoded, and reading stops after a position piece's last
-    sample. Raises :class:`ResumeError` when the shard holds fewer samples than the piece names.
+
+def adjacent_runs(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Sorted spans merged where one ends where the next begins: ``(begin, end, how many spans)`` per run.
+
+    One ranged request per run reads exactly the spans' bytes: the samples a shuffle buffer
+    holds from the shard being read are mostly neighbours.
+    """
+    runs: list[list[int]] = []
+    for begin, end in sorted(spans):
+        if runs and runs[-1][1] == begin:
+            runs[-1][1] = end
+            runs[-1][2] += 1
+        else:
+            runs.append([begin, end, 1])
+    return [tuple(run) for run in runs]
+
+
+def _changed(shard: str, what: str) -> ResumeError:
+    return ResumeError(f"shard {shard}: {what}: the shard changed since the state was saved. Resume only with the "
+                       "shards the state was saved with.")
+
+
+def read_piece(piece: Piece, read_spans: SpanReader, start: int = 0, start_byte: int | None = None,
+               ) -> Iterator[tuple[int, Any, int | None, int | None]]:
+    """``(position in the shard, sample, begin, end)`` for the samples of ``piece`` at or after position ``start``.
+
+    ``start_byte``: where the sample at ``start`` begins, when known (else the piece's own
+    ``start_byte`` for its ``start``). With byte offsets the shard is opened there (a rest
+    of a shard) or read span by span (buffered samples); without, it is read from its
+    beginning and the samples before the piece are passed over undecoded. Raises
+    :class:`ResumeError` when the shard no longer matches the piece.
     """
     first = max(start, piece.start)
-    wanted = None if piece.positions is None else sorted(p for p in piece.positions if p >= first)
-    if wanted == []:
+    if start_byte is None and first == piece.start:
+        start_byte = piece.start_byte
+    if piece.positions is None:
+        yield from _read_rest(piece, read_spans, first, start_byte if first > 0 else 0)
         return
-    samples = iter(read_shard(piece.shard))
+    wanted = sorted((p, s) for p, s in zip(piece.positions, piece.spans or [None] * len(piece.positions)) if p >= first)
+    if not wanted:
+        return
+    if piece.spans is None:
+        yield from _replay(piece.shard, read_spans, [p for p, _ in wanted])
+    else:
+        yield from _read_spans(piece.shard, read_spans, wanted)
+
+
+def _read_rest(piece: Piece, read_spans: SpanReader, first: int, start_byte: int | None):
+    """The samples of a whole-shard piece from position ``first`` on: from ``start_byte`` if known, else from byte 0."""
+    position = first if start_byte is not None else 0
+    samples = iter(read_spans(piece.shard, start_byte or 0))
     try:
-        position = -1
-        for position, sample in enumerate(samples):
-            if position < first:
-                continue
-            if wanted is None or position in wanted:
-                yield position, sample
-            if wanted is not None and position >= wanted[-1]:
-                return
-        if wanted is not None or position + 1 < first:
-            raise ResumeError(
-                f"shard {piece.shard} holds {position + 1} samples, but the saved position needs sample "
-                f"{wanted[-1] if wanted else first}: the shard changed since the state was saved. Resume only "
-                "with the shards the state was saved with."
-            )
+        for sample, begin, end in samples:
+            if position >= first:
+                yield position, sample, begin, end
+            position += 1
     finally:
-        close = getattr(samples, "close", None)
-        if close is not None:
-            close()  # the shard's file or connection, now rather than when the generator is collected
+        _close(samples)
+    if position < first:
+        raise _changed(piece.shard, f"it holds {position} samples, but the saved position needs sample {first}")
+
+
+def _replay(shard: str, read_spans: SpanReader, positions: list[int]):
+    """The samples at ``positions`` (sorted), reading the shard from byte 0 up to the last of them."""
+    samples = iter(read_spans(shard))
+    wanted = set(positions)
+    try:
+        for position, (sample, begin, end) in enumerate(samples):
+            if position in wanted:
+                yield position, sample, begin, end
+            if position >= positions[-1]:
+                return
+    finally:
+        _close(samples)
+    raise _changed(shard, f"it ends before sample {positions[-1]}, which the saved state needs")
+
+
+def _read_spans(shard: str, read_spans: SpanReader, wanted: list[tuple[int, tuple[int, int]]]):
+    """The samples at the given ``(position, (begin, end))``, one ranged read per run of adjacent spans."""
+    by_begin = {span[0]: position for position, span in wanted}
+    for begin, end, count in adjacent_runs([span for _, span in wanted]):
+        found = 0
+        samples = iter(read_spans(shard, begin, end))
+        try:
+            for sample, sample_begin, sample_end in samples:
+                if sample_begin not in by_begin:
+                    raise _changed(shard, f"a sample begins at byte {sample_begin:,}, where none was saved")
+                found += 1
+                yield by_begin[sample_begin], sample, sample_begin, sample_end
+        finally:
+            _close(samples)
+        if found != count:
+            raise _changed(shard, f"bytes {begin:,}-{end:,} hold {found} samples, the saved state {count}")
+
+
+def _close(iterator) -> None:
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()  # the shard's file or connection, now rather than when the generator is collected
 
 
 class ShardStream:
@@ -115,24 +209,27 @@ class ShardStream:
     order), but one sample per ``next()``, so that between two samples its whole state is in
     a few attributes:
 
-    * ``pieces`` (what to read), ``next_piece`` and ``next_position`` (how far);
-    * ``buffer``: ``(piece index, position, key)`` of each buffered sample, in buffer order;
+    * ``pieces`` (what to read), ``next_piece``, ``next_position`` and ``next_byte`` (how
+      far: the byte where the next sample's headers begin, None when unknown);
+    * ``buffer``: ``(piece index, position, sample, begin, end)`` of each buffered sample, in
+      buffer order, with the bytes it occupies in its shard;
     * ``draining``: the pieces are exhausted and the buffer is being emptied in order;
     * the generator's state, and ``delivered``, the samples handed out so far.
 
-    ``read_shard(shard)`` yields the shard's samples (anything with a ``.key``), the same
-    ones in the same order every time it is called.
+    ``read_spans(shard, begin=0, end=None)`` yields ``(sample, begin, end)`` for the
+    shard's samples (anything with a ``.key``) between those bytes, the same ones in the
+    same order every time it is called (:func:`packlab.loaders.tar.read_sample_spans`).
     """
 
-    def __init__(self, pieces: Sequence[Piece], read_shard: Callable[[str], Iterable], buffer_size: int,
-                 rng: random.Random):
+    def __init__(self, pieces: Sequence[Piece], read_spans: SpanReader, buffer_size: int, rng: random.Random):
         self.pieces = list(pieces)
-        self.read_shard = read_shard
+        self.read_spans = read_spans
         self.buffer_size = buffer_size
         self.rng = rng
         self.next_piece = 0
         self.next_position = pieces[0].start if pieces else 0
-        self.buffer: list[tuple[int, int, Any]] = []  # (piece index, position, sample)
+        self.next_byte = pieces[0].start_byte if pieces else 0
+        self.buffer: list[tuple[int, int, Any, int | None, int | None]] = []
         self.draining = False
         self.delivered = 0
         self._reading: Iterator | None = None  # the open piece
@@ -140,20 +237,25 @@ class ShardStream:
     def __iter__(self) -> ShardStream:
         return self
 
-    def _read_one(self) -> tuple[int, int, Any] | None:
-        """The next sample of the pieces as ``(piece index, position, sample)``, or None after the last."""
+    def _read_one(self) -> tuple[int, int, Any, int | None, int | None] | None:
+        """The next sample of the pieces as ``(piece index, position, sample, begin, end)``, or None after the last."""
         while self.next_piece < len(self.pieces):
             if self._reading is None:
-                self._reading = read_piece(self.pieces[self.next_piece], self.read_shard, self.next_position)
+                self._reading = read_piece(self.pieces[self.next_piece], self.read_spans, self.next_position,
+                                           self.next_byte)
             found = next(self._reading, None)
             if found is None:
                 self._reading = None
                 self.next_piece += 1
-                self.next_position = self.pieces[self.next_piece].start if self.next_piece < len(self.pieces) else 0
+                following = self.pieces[self.next_piece] if self.next_piece < len(self.pieces) else Piece("")
+                self.next_position, self.next_byte = following.start, following.start_byte
                 continue
-            position, sample = found
+            position, sample, begin, end = found
             self.next_position = position + 1
-            return self.next_piece, position, sample
+            # Within a whole-shard piece the next sample begins where this one ends; in a piece of
+            # scattered positions the next one is found by its own span.
+            self.next_byte = end if self.pieces[self.next_piece].positions is None else None
+            return self.next_piece, position, sample, begin, end
         return None
 
     def __next__(self):
@@ -196,7 +298,8 @@ class ShardStream:
             "pieces": [p.to_list() for p in self.pieces],
             "next_piece": self.next_piece,
             "next_position": self.next_position,
-            "buffer": [[index, position, sample.key] for index, position, sample in self.buffer],
+            "next_byte": self.next_byte,
+            "buffer": [[index, position, sample.key, begin, end] for index, position, sample, begin, end in self.buffer],
             "draining": self.draining,
             "rng": [version, list(internal), gauss],
             "delivered": self.delivered,
@@ -204,57 +307,187 @@ class ShardStream:
         }
 
     @classmethod
-    def restore(cls, state: dict, read_shard: Callable[[str], Iterable]) -> ShardStream:
+    def restore(cls, state: dict, read_spans: SpanReader) -> ShardStream:
         """A stream that goes on where ``state`` was taken, re-filling its buffer from the shards.
 
-        The buffer's samples are read again from their shards (each such shard from its start
-        up to the last buffered position) and checked against the saved keys.
+        The buffer's samples are read again, checked against the saved keys: by their byte
+        spans, one ranged read per run of neighbours, where the state has them; else each
+        such shard from its start up to the last buffered position.
         """
         pieces = [Piece.from_list(p) for p in state["pieces"]]
-        stream = cls(pieces, read_shard, int(state["buffer_size"]), random.Random())
+        stream = cls(pieces, read_spans, int(state["buffer_size"]), random.Random())
         version, internal, gauss = state["rng"]
         stream.rng.setstate((version, tuple(internal), gauss))
         stream.next_piece, stream.next_position = int(state["next_piece"]), int(state["next_position"])
+        stream.next_byte = None if state["next_byte"] is None else int(state["next_byte"])
         stream.draining, stream.delivered = bool(state["draining"]), int(state["delivered"])
-        wanted: dict[int, dict[int, str]] = {}
-        for index, position, key in state["buffer"]:
-            wanted.setdefault(int(index), {})[int(position)] = key
-        found: dict[tuple[int, int], Any] = {}
-        for index, positions in sorted(wanted.items()):
-            piece = Piece(pieces[index].shard, 0, tuple(positions))
-            for position, sample in read_piece(piece, read_shard):
-                if sample.key != positions[position]:
-                    raise ResumeError(
-                        f"sample {position} of shard {piece.shard} is {sample.key}, the saved state says "
-                        f"{positions[position]}: the shard changed since the state was saved"
-                    )
-                found[index, position] = sample
-        stream.buffer = [(int(i), int(p), found[int(i), int(p)]) for i, p, _ in state["buffer"]]
+        found: dict[tuple[int, int], tuple] = {}
+        for index, piece in _buffered_pieces(pieces, state["buffer"]):
+            keys = dict(zip(piece.positions, (key for _, _, key, _, _ in _entries(state["buffer"], index))))
+            for position, sample, begin, end in read_piece(piece, read_spans):
+                if sample.key != keys[position]:
+                    raise _changed(piece.shard, f"sample {position} is {sample.key}, the saved state says {keys[position]}")
+                found[index, position] = (sample, begin, end)
+        stream.buffer = [(int(i), int(p), *found[int(i), int(p)]) for i, p, *_ in state["buffer"]]
         return stream
+
+
+def _entries(buffer: list, index: int) -> list:
+    """The saved buffer entries ``[piece index, position, key, begin, end]`` of one piece, by position."""
+    return sorted((e for e in buffer if int(e[0]) == index), key=lambda e: int(e[1]))
+
+
+def _buffered_pieces(pieces: Sequence[Piece], buffer: list) -> list[tuple[int, Piece]]:
+    """``(piece index, Piece of the buffered positions of that piece's shard)``, one per piece with buffered samples."""
+    out = []
+    for index in sorted({int(e[0]) for e in buffer}):
+        entries = _entries(buffer, index)
+        spans = tuple((int(b), int(e)) for *_, b, e in entries) if all(e[3] is not None for e in entries) else None
+        out.append((index, Piece(pieces[index].shard, 0, tuple(int(e[1]) for e in entries), None, spans)))
+    return out
+
+
+def without_byte_offsets(pieces: Sequence[Piece]) -> list[Piece]:
+    """The same pieces with their byte offsets forgotten, for a reader that cannot read ranges: it reads from byte 0."""
+    return [Piece(p.shard, p.start, p.positions, 0 if p.start == 0 else None, None) for p in pieces]
+
+
+def stream_state_without_byte_offsets(state: dict) -> dict:
+    """A stream state whose byte offsets are forgotten (see :func:`without_byte_offsets`)."""
+    pieces = without_byte_offsets([Piece.from_list(p) for p in state["pieces"]])
+    return {**state, "pieces": [p.to_list() for p in pieces], "next_byte": None if state["next_position"] else 0,
+            "buffer": [[i, p, key, None, None] for i, p, key, *_ in state["buffer"]]}
 
 
 def pieces_left(state: dict) -> list[Piece]:
     """What one reader still had to deliver when ``state`` was taken: its buffer, its current piece, the rest.
 
-    Buffered samples come first, one piece per shard, then the rest of the piece being read,
-    then the pieces not yet opened.
+    Buffered samples come first, one piece per shard (with their byte spans), then the rest
+    of the piece being read (from the byte where it stopped), then the pieces not yet opened.
     """
     pieces = [Piece.from_list(p) for p in state["pieces"]]
-    by_shard: dict[int, list[int]] = {}
-    for index, position, _ in state["buffer"]:
-        by_shard.setdefault(int(index), []).append(int(position))
-    left = [Piece(pieces[i].shard, 0, tuple(sorted(ps))) for i, ps in sorted(by_shard.items())]
+    left = [piece for _, piece in _buffered_pieces(pieces, state["buffer"])]
     if state["draining"]:
         return left
     current = int(state["next_piece"])
     if current < len(pieces):
         piece = pieces[current]
         start = int(state["next_position"])
-        positions = None if piece.positions is None else tuple(p for p in piece.positions if p >= start)
-        if positions is None or positions:
-            left.append(Piece(piece.shard, max(start, piece.start), positions))
+        if piece.positions is None:
+            left.append(Piece(piece.shard, max(start, piece.start), None,
+                              state["next_byte"] if start > piece.start else piece.start_byte))
+        else:
+            kept = [(p, s) for p, s in zip(piece.positions, piece.spans or [None] * len(piece.positions)) if p >= start]
+            if kept:
+                left.append(Piece(piece.shard, 0, tuple(p for p, _ in kept), None,
+                                  None if piece.spans is None else tuple(s for _, s in kept)))
         left += pieces[current + 1:]
     return left
+
+
+# ------------------------------------------------------------ what a resume reads
+
+
+class CountingOpener:
+    """An opener that counts what it reads: the bytes read from its streams and the requests made.
+
+    Wraps any shard opener (``opener(name)``, and ``opener.open_from(name, offset, ...)``
+    when it has one, as :class:`packlab.loaders.tar.ShardOpener` and S3's do), for
+    measuring what a resume costs. Counts are this process's (use it without DataLoader
+    workers, or read them in the worker).
+    """
+
+    def __init__(self, opener: Callable):
+        self.opener = opener
+        self.bytes = self.requests = 0
+        if hasattr(opener, "open_from"):
+            self.open_from = self._open_from
+
+    def __call__(self, name: str):
+        return self._counted(self.opener(name))
+
+    def _open_from(self, name: str, offset: int, etag: str | None = None, end: int | None = None):
+        return self._counted(self.opener.open_from(name, offset, etag=etag, end=end))
+
+    def _counted(self, stream):
+        self.requests += 1
+        counter = self
+
+        class Counted:
+            def read(self, size: int = -1) -> bytes:
+                chunk = stream.read(size)
+                counter.bytes += len(chunk)
+                return chunk
+
+            def close(self) -> None:
+                stream.close()
+
+        return Counted()
+
+    def reset(self) -> None:
+        self.bytes = self.requests = 0
+
+    def __repr__(self) -> str:
+        return f"CountingOpener({self.opener!r}: {self.requests} requests, {self.bytes:,} bytes)"
+
+
+def resume_reads(stream_state: dict) -> dict:
+    """What resuming a saved stream reads before it delivers a new sample, both ways, in bytes.
+
+    ``stream_state`` is a reader's ``state["stream"]`` saved with byte offsets. Returns
+    ``needed`` (the buffered samples' own bytes), ``by_offset`` (what a ranged resume reads:
+    exactly those, in ``ranged_requests`` requests, one per run of neighbours, plus one for
+    the current shard, which it opens where the next sample begins), ``from_start`` (what a
+    resume that reads each shard from byte 0 reads: every buffered shard up to its last
+    buffered sample, and the current shard again up to where it stopped) and
+    ``shards_from_start``, the shards that resume opens.
+    """
+    pieces = [Piece.from_list(p) for p in stream_state["pieces"]]
+    buffered = _buffered_pieces(pieces, stream_state["buffer"])
+    if any(piece.spans is None for _, piece in buffered):
+        raise ValueError("this state holds no byte offsets (it was saved by a reader that could not read ranges)")
+    needed = sum(end - begin for _, piece in buffered for begin, end in piece.spans)
+    runs = sum(len(adjacent_runs(piece.spans)) for _, piece in buffered)
+    from_start = sum(max(end for _, end in piece.spans) for _, piece in buffered)
+    current = int(stream_state["next_piece"]) < len(pieces) and not stream_state["draining"]
+    if current:
+        from_start += int(stream_state["next_byte"] or 0)
+    return {"needed": needed, "by_offset": needed, "ranged_requests": runs + int(current), "from_start": from_start,
+            "shards_from_start": len(buffered) + int(current)}
+
+
+def modelled_resume_reads(shard_bytes: float = 1e9, sample_bytes: float = 110_000, buffer: int = 1000,
+                          shards: int = 4, stops: int = 40, seed: int = 0) -> dict:
+    """:func:`resume_reads` for one reader of ``shards`` shards of ``shard_bytes``, averaged over ``stops`` stops.
+
+    A model, not a measurement: samples of ``sample_bytes`` each (tar headers included),
+    read in order through a shuffle buffer of ``buffer`` samples (the buffer algorithm of
+    :class:`ShardStream`, on sample numbers only), stopped at positions drawn uniformly
+    after the buffer has filled. Returns the mean ``needed``, ``by_offset`` and
+    ``from_start`` in bytes and the mean ``shards_from_start``, per reader: multiply by the
+    readers (workers x ranks) for a whole job's resume.
+    """
+    rng = random.Random(seed)
+    per_shard = max(1, round(shard_bytes / sample_bytes))
+    total = per_shard * shards
+    stop_at = set(rng.sample(range(buffer + 1, total), min(stops, total - buffer - 1)))
+    kept: list[int] = []
+    totals = {"needed": 0.0, "by_offset": 0.0, "from_start": 0.0, "shards_from_start": 0.0}
+    for sample in range(total):
+        if len(kept) < buffer:
+            kept.append(sample)
+        else:
+            kept[rng.randrange(buffer)] = sample
+        if sample + 1 in stop_at:
+            last_in_shard: dict[int, int] = {}
+            for held in kept:
+                last_in_shard[held // per_shard] = max(last_in_shard.get(held // per_shard, 0), held % per_shard + 1)
+            needed = len(kept) * sample_bytes
+            totals["needed"] += needed
+            totals["by_offset"] += needed
+            totals["from_start"] += (sum(last_in_shard.values()) + (sample + 1) % per_shard) * sample_bytes
+            totals["shards_from_start"] += len(last_in_shard) + 1
+    return {name: value / len(stop_at) for name, value in totals.items()}
 
 
 # ------------------------------------------------------------ the states of several readers

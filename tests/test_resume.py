@@ -21,7 +21,14 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from packlab import pack, preemption, resume
-from packlab.loaders.tar import TarShardDataset, iter_shard_samples, shuffle_buffer, skip_decode
+from packlab.loaders.tar import (
+    ShardOpener,
+    TarShardDataset,
+    iter_shard_samples,
+    read_sample_spans,
+    shuffle_buffer,
+    skip_decode,
+)
 
 BATCH = 4
 
@@ -47,38 +54,112 @@ def _keys(loader, stop_after=None):
     return keys
 
 
+def _ranged(shard, begin=0, end=None):
+    """The span reader TarShardDataset uses with its default opener: byte offsets known, ranged reads."""
+    return read_sample_spans(shard, ShardOpener(), begin, end)
+
+
+def _from_start(shard, begin=0, end=None):
+    """A span reader that knows no byte offsets (an opener without open_from): resumes read from byte 0."""
+    assert begin == 0 and end is None
+    return ((sample, None, None) for sample in iter_shard_samples(shard))
+
+
 def test_the_stream_delivers_what_the_shuffle_buffer_delivers(shards):
     samples = lambda: (s for shard in shards for s in iter_shard_samples(shard))  # noqa: E731
     expected = [s.key for s in shuffle_buffer(samples(), 10, random.Random("x"))]
-    stream = resume.ShardStream([resume.Piece(s) for s in shards], iter_shard_samples, 10, random.Random("x"))
+    stream = resume.ShardStream([resume.Piece(s) for s in shards], _ranged, 10, random.Random("x"))
     assert [s.key for s in stream] == expected
 
 
+@pytest.mark.parametrize("reader", [_ranged, _from_start], ids=["by-offset", "from-byte-0"])
 @pytest.mark.parametrize("buffer", [0, 10, 100])
-def test_a_state_taken_between_any_two_samples_goes_on_with_exactly_the_rest(shards, buffer):
+def test_a_state_taken_between_any_two_samples_goes_on_with_exactly_the_rest(shards, buffer, reader):
     pieces = [resume.Piece(s) for s in shards]
-    whole = [s.key for s in resume.ShardStream(pieces, iter_shard_samples, buffer, random.Random(1))]
+    whole = [s.key for s in resume.ShardStream(pieces, reader, buffer, random.Random(1))]
     for stop in range(0, len(whole) + 1, 3):
-        stream = resume.ShardStream(pieces, iter_shard_samples, buffer, random.Random(1))
+        stream = resume.ShardStream(pieces, reader, buffer, random.Random(1))
         first = [next(stream).key for _ in range(stop)]
         state = stream.state()
         stream.close()
-        rest = [s.key for s in resume.ShardStream.restore(state, iter_shard_samples)]
+        rest = [s.key for s in resume.ShardStream.restore(state, reader)]
         assert first + rest == whole, f"stopped after {stop}"
         left = resume.pieces_left(state)
-        again = [s.key for p in left for _, s in resume.read_piece(p, iter_shard_samples)]
+        again = [s.key for p in left for _, s, _, _ in resume.read_piece(p, reader)]
         assert sorted(again) == sorted(rest)
 
 
-def test_a_shard_that_changed_since_the_state_is_reported(shards, tmp_path):
-    stream = resume.ShardStream([resume.Piece(s) for s in shards], iter_shard_samples, 10, random.Random(0))
+@pytest.mark.parametrize("reader", [_ranged, _from_start], ids=["by-offset", "from-byte-0"])
+def test_a_shard_that_changed_since_the_state_is_reported(shards, reader):
+    stream = resume.ShardStream([resume.Piece(s) for s in shards], reader, 10, random.Random(0))
     for _ in range(12):
         next(stream)
     state = stream.state()
     stream.close()
     state["buffer"][0][2] = "not-the-key"
     with pytest.raises(resume.ResumeError, match="changed since the state was saved"):
-        resume.ShardStream.restore(state, iter_shard_samples)
+        resume.ShardStream.restore(state, reader)
+
+
+#: Bytes a reader reads at a shard's end besides its samples: tar's end-of-archive marker, two blocks of zeros.
+END_MARKER = 1024
+
+
+def _stopped_state(shards, stop: int, **options) -> tuple[list[str], dict]:
+    """A reader in this process stopped after ``stop`` samples: the keys it delivered, and its state."""
+    dataset = _dataset(shards, **options)
+    items = iter(dataset)
+    first = [next(items)[2] for _ in range(stop)]
+    state = dataset.state_dict()
+    items.close()
+    return first, state
+
+
+@pytest.mark.parametrize("stop", [7, 26, 43])
+def test_a_resume_reads_the_bytes_of_the_samples_it_still_needs_and_no_more(shards, stop):
+    """Counted at the opener: after the resume, every byte read belongs to a sample delivered after it.
+
+    The allowance beyond the samples' own bytes (their tar headers included) is the end-of-archive
+    marker of each shard read to its end. The same state resumed with an opener that cannot read
+    ranges reads its shards from byte 0, and reads more.
+    """
+    sizes = {sample.key: end - begin for shard in shards for sample, begin, end in read_sample_spans(shard)}
+    whole = [key for _, _, key in _dataset(shards)]
+    first, state = _stopped_state(shards, stop)
+    counting = resume.CountingOpener(ShardOpener())
+    again = _dataset(shards, opener=counting)
+    again.load_state_dict(state)
+    rest = [key for _, _, key in again]
+    assert first + rest == whole
+    ends_read = len({pieces[0] for pieces in state["stream"]["pieces"][state["stream"]["next_piece"]:]})
+    allowed = sum(sizes[key] for key in rest) + END_MARKER * ends_read
+    assert counting.bytes <= allowed, f"{counting}: {counting.bytes - allowed:,} bytes more than the samples still needed"
+    account = resume.resume_reads(state["stream"])
+    assert account["needed"] == sum(sizes[key] for _, _, key, _, _ in state["stream"]["buffer"])
+    plain = resume.CountingOpener(lambda name: open(name, "rb"))  # no open_from: a resume from byte 0
+    from_start = _dataset(shards, opener=plain)
+    from_start.load_state_dict(state)
+    assert [key for _, _, key in from_start] == rest
+    # What the state's account says the resume from byte 0 reads again, it did (and a little more: to know
+    # that a sample is complete, a tar reader reads the next member's header, or the end-of-archive marker).
+    again_read = plain.bytes - counting.bytes
+    assert account["from_start"] - account["by_offset"] <= again_read <= (
+        account["from_start"] - account["by_offset"] + account["shards_from_start"] * max(sizes.values()))
+
+
+def test_a_ranged_resume_refuses_a_shard_rewritten_since_the_state(shards, tmp_path):
+    copies = [tmp_path / f"{i}.tar" for i in range(len(shards))]
+    for source, copy in zip(shards, copies):
+        copy.write_bytes(open(source, "rb").read())
+    _, state = _stopped_state([str(c) for c in copies], 26)
+    buffered_shard = state["stream"]["pieces"][state["stream"]["buffer"][0][0]][0]
+    data = bytearray(open(buffered_shard, "rb").read())
+    data[:512] = bytes(512)  # another first member: every offset after it is off
+    open(buffered_shard, "wb").write(bytes(data[512:]))
+    again = _dataset([str(c) for c in copies])
+    again.load_state_dict(state)
+    with pytest.raises(resume.ResumeError, match="changed since the state was saved"):
+        list(again)
 
 
 @pytest.mark.parametrize("workers, method", [(0, None), (2, "fork")])
