@@ -265,38 +265,49 @@ def test_an_epoch_state_missing_a_rank_is_refused(shards):
 # ------------------------------------------------------------- killed in another process
 
 
-def _uninterrupted(shards):
-    return _keys(StatefulDataLoader(_dataset(shards, shuffle_buffer=50, seed=0), batch_size=8, num_workers=2,
+def _uninterrupted(shards, batch_size=8):
+    return _keys(StatefulDataLoader(_dataset(shards, shuffle_buffer=50, seed=0), batch_size=batch_size, num_workers=2,
                                     multiprocessing_context="fork"))
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-@pytest.mark.parametrize("stop_after", [1, 3, 6])
-def test_a_loop_killed_mid_epoch_resumes_with_every_sample_once(shards, tmp_path, method, stop_after):
-    """SIGKILL to the loop and its workers after step 1 (before any checkpoint), 3 and 6 (checkpoints every 2)."""
+def test_a_loop_signalled_at_random_moments_checkpoints_and_resumes_with_every_sample_once(shards, tmp_path, method):
+    """A chain of runs of ``python -m packlab.preemption``, each stopped at a random moment, none paused.
+
+    SIGTERM to the whole process group (the loop and its DataLoader workers, as a scheduler that
+    signals the whole job sends it) once while the loop is still starting, once mid-epoch; SIGKILL
+    to the group; SIGTERM to the loop alone; then a run to the end. Every SIGTERM must end its run
+    with status 3 and a checkpoint of the step it stopped at (no worker killed, no error); the
+    final record must be the uninterrupted epoch, sample for sample and in its order.
+    """
+    rng = random.Random()
     checkpoint = tmp_path / "checkpoint.pt"
     arguments = ["--shards", pack.brace_pattern(shards), "--checkpoint", checkpoint, "--workers", 2,
-                 "--start-method", method, "--batch-size", 8, "--every", 2]
-    status, output = preemption.run_and_stop(arguments, stop_after, signal.SIGKILL)
-    assert status == -signal.SIGKILL, output
+                 "--start-method", method, "--batch-size", 4, "--every", 2, "--step-seconds", 0.2]
+    stops = [("SIGTERM to the group while starting", signal.SIGTERM, True, 0, rng.uniform(0, 3)),
+             ("SIGTERM to the group mid-epoch", signal.SIGTERM, True, 1, rng.uniform(0, 0.4)),
+             ("SIGKILL to the group", signal.SIGKILL, True, 1, rng.uniform(0, 0.4)),
+             ("SIGTERM to the loop alone", signal.SIGTERM, False, 1, rng.uniform(0, 0.4))]
+    log = []
+    for run, (what, number, group, after_step, delay) in enumerate(stops, start=1):
+        status, output, step = preemption.run_and_interrupt(arguments, delay, number, group, after_step)
+        log.append(f"run {run}: {what} {delay:.2f} s after step {after_step}: status {status}")
+        where = "\n".join(log) + "\n" + output[-3000:]
+        assert "killed by signal" not in output and "Traceback" not in output, where
+        if status == 0:  # the epoch ended before the moment came
+            break
+        saved = torch.load(checkpoint, weights_only=True)
+        if number == signal.SIGKILL:
+            assert status == -signal.SIGKILL, where
+            continue
+        assert status == preemption.STOPPED_EXIT_CODE, where
+        stopped_at = int(output.split("signal 15 at step ")[1].split(":")[0])
+        assert saved["step"] == stopped_at and not saved["done"], where  # written on the way out
     status, output = preemption.run_to_end(arguments)
     assert status == 0, output
     saved = torch.load(checkpoint, weights_only=True)
-    assert saved["done"] and saved["runs"] == (1 if stop_after < 2 else 2)
-    assert saved["keys"] == _uninterrupted(shards), "the resumed epoch differs from the uninterrupted one"
-
-
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_sigterm_writes_a_checkpoint_on_the_way_out(shards, tmp_path, method):
-    checkpoint = tmp_path / "checkpoint.pt"
-    arguments = ["--shards", pack.brace_pattern(shards), "--checkpoint", checkpoint, "--workers", 2,
-                 "--start-method", method, "--batch-size", 8, "--every", 100]
-    status, output = preemption.run_and_stop(arguments, 3, signal.SIGTERM)
-    assert status == preemption.STOPPED_EXIT_CODE, output
-    assert torch.load(checkpoint, weights_only=True)["step"] == 3
-    status, output = preemption.run_to_end(arguments)
-    assert status == 0 and "over 2 run(s)" in output, output
-    assert torch.load(checkpoint, weights_only=True)["keys"] == _uninterrupted(shards)
+    assert saved["done"], output
+    assert saved["keys"] == _uninterrupted(shards, batch_size=4), "\n".join(log)
 
 
 def test_a_loop_resumed_with_another_worker_count_keeps_exactly_once(shards, tmp_path):
