@@ -131,7 +131,7 @@ def test_a_resume_reads_the_bytes_of_the_samples_it_still_needs_and_no_more(shar
     again.load_state_dict(state)
     rest = [key for _, _, key in again]
     assert first + rest == whole
-    ends_read = len({pieces[0] for pieces in state["stream"]["pieces"][state["stream"]["next_piece"]:]})
+    ends_read = len(state["stream"]["pieces"]) - state["stream"]["next_piece"]  # shards read to their end
     allowed = sum(sizes[key] for key in rest) + END_MARKER * ends_read
     assert counting.bytes <= allowed, f"{counting}: {counting.bytes - allowed:,} bytes more than the samples still needed"
     account = resume.resume_reads(state["stream"])
@@ -145,6 +145,72 @@ def test_a_resume_reads_the_bytes_of_the_samples_it_still_needs_and_no_more(shar
     again_read = plain.bytes - counting.bytes
     assert account["from_start"] - account["by_offset"] <= again_read <= (
         account["from_start"] - account["by_offset"] + account["shards_from_start"] * max(sizes.values()))
+
+
+class _RangeHandler:
+    """A handler for http.server that serves files with or without ``Range: bytes=a-b`` (``ranges`` on the server)."""
+
+    @staticmethod
+    def make(directory: str, ranges: bool):
+        import http.server
+        import re
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=directory, **kwargs)
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+                if not (ranges and wanted):
+                    return super().do_GET()
+                data = open(self.translate_path(self.path), "rb").read()
+                begin, end = int(wanted[1]), int(wanted[2]) + 1 if wanted[2] else len(data)
+                self.send_response(206)
+                self.send_header("Content-Length", str(end - begin))
+                self.send_header("Content-Range", f"bytes {begin}-{end - 1}/{len(data)}")
+                self.end_headers()
+                self.wfile.write(data[begin:end])
+
+        return Handler
+
+
+@pytest.fixture(params=[True, False], ids=["ranges", "no-ranges"])
+def web_shards(shards, request):
+    """The shards as http:// URLs, from a server that does (or does not) answer range requests."""
+    import http.server
+    import threading
+    from pathlib import Path
+
+    folder = str(Path(shards[0]).parent)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler.make(folder, request.param))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield [f"http://127.0.0.1:{server.server_port}/{Path(s).name}" for s in shards], request.param
+    finally:
+        server.shutdown()
+        thread.join(10)
+
+
+def test_over_http_a_resume_uses_range_requests_and_a_server_without_them_is_named(web_shards):
+    urls, ranges = web_shards
+    whole = [key for _, _, key in _dataset(urls)]
+    first, state = _stopped_state(urls, 26)
+    counting = resume.CountingOpener(ShardOpener())
+    again = _dataset(urls, opener=counting)
+    again.load_state_dict(state)
+    if not ranges:
+        with pytest.raises(Exception, match="ignored the range request"):
+            list(again)
+        return
+    rest = [key for _, _, key in again]
+    assert first + rest == whole
+    sizes = {sample.key: end - begin for url in urls for sample, begin, end in read_sample_spans(url, ShardOpener())}
+    read_to_the_end = len(state["stream"]["pieces"]) - state["stream"]["next_piece"]
+    assert counting.bytes <= sum(sizes[key] for key in rest) + END_MARKER * read_to_the_end, counting
 
 
 def test_a_ranged_resume_refuses_a_shard_rewritten_since_the_state(shards, tmp_path):

@@ -701,6 +701,12 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
     ``rank``/``world_size`` default to this process's place in ``torch.distributed``
     (or torchrun's environment variables), read when the dataset is created.
 
+    ``opener(name)`` opens a shard for reading (default :class:`ShardOpener`: local paths,
+    ``file://`` and ``http(s)://`` URLs; :class:`packlab.objectstore.S3ShardOpener` for
+    ``s3://``). With an ``open_from`` method, as both have, a resumed reader reads only the
+    bytes of the samples it still owes (:mod:`packlab.resume`); without, it reads the
+    shards it needs from byte 0.
+
     Every epoch checks that each reader gets at least one shard and that ranks get equal
     shares (:func:`check_shard_split`); call :meth:`check_split` yourself to fail even
     earlier. ``epoch_length=N`` switches to resampling: each rank draws shards at random,
