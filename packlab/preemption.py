@@ -80,14 +80,23 @@ def ignore_stop_signals(worker_id: int | None = None) -> None:
 def stop_signals_held():
     """Block SIGTERM and SIGUSR1 in this thread while the block runs (start DataLoader workers in it).
 
-    A process inherits its creator's signal mask, through ``fork`` and through ``exec``
-    (``spawn`` and ``forkserver`` workers too). A worker that starts with the stop signals
-    blocked keeps a signal sent to the whole process group pending until
-    :func:`ignore_stop_signals` makes it ignore them, so that none can kill it in the
-    moments before its ``worker_init_fn`` runs (under ``spawn`` that is the whole start of
-    a Python interpreter, seconds). The training process's own copy of the signal is
-    delivered, to its handler, when the block ends.
+    A process inherits its creator's signal mask, through ``fork`` and through ``exec``. A
+    ``fork`` or ``spawn`` worker that starts with the stop signals blocked keeps a signal
+    sent to the whole process group pending until :func:`ignore_stop_signals` makes it
+    ignore them, so that none can kill it in the moments before its ``worker_init_fn`` runs
+    (under ``spawn`` that is the whole start of a Python interpreter, seconds). The training
+    process's own copy of the signal is delivered, to its handler, when the block ends.
+
+    Two details of the standard library. multiprocessing's resource tracker, which the
+    first ``spawn`` or ``forkserver`` process starts, *unblocks* SIGINT and SIGTERM in the
+    process that starts it (``multiprocessing/resource_tracker.py``, ``ensure_running``:
+    ``pthread_sigmask(SIG_UNBLOCK, ...)``), so it is started here first, before the block.
+    And a ``forkserver`` worker is forked from the server process, with the server's mask:
+    there only the ``worker_init_fn`` protects it, from the moment it runs.
     """
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
@@ -206,13 +215,27 @@ def _write_progress(progress: Path | None, step: int, samples: int) -> None:
     os.replace(partial, progress)
 
 
-def _start_loop(arguments: list, progress: Path, *extra: str):
-    """``python -m packlab.preemption`` in a new session (its own process group), writing ``progress``."""
-    import subprocess
+@contextlib.contextmanager
+def _loop_process(arguments: list, *extra: str):
+    """``python -m packlab.preemption`` in a new session (its own process group): yields ``(process, progress file)``.
 
-    command = [sys.executable, "-m", "packlab.preemption", *map(str, arguments), *extra, "--progress", str(progress)]
-    return subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    Whatever happens in the block, the loop and its workers are gone after it (SIGKILL to
+    the group if the loop still runs), and so is the progress file's folder.
+    """
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="packlab-preemption-") as folder:
+        progress = Path(folder) / "progress.json"
+        command = [sys.executable, "-m", "packlab.preemption", *map(str, arguments), *extra, "--progress", str(progress)]
+        process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+        try:
+            yield process, progress
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
 
 
 def _progress_step(progress: Path) -> int | None:
@@ -256,22 +279,13 @@ def run_and_stop(arguments: list, stop_after: int, signal_number: int = signal.S
     job does; False sends it to the loop's pid alone, as ``sbatch --signal=B:...`` forwarded
     by the job script does. :func:`run_and_interrupt` stops the loop at a moment instead.
     """
-    import tempfile
-
     group = signal_number == signal.SIGKILL if group is None else group
-    with tempfile.TemporaryDirectory(prefix="packlab-preemption-") as folder:
-        progress = Path(folder) / "progress.json"
-        process = _start_loop(arguments, progress, "--pause-after", str(stop_after))
-        try:
-            if not _wait_for(process, progress, lambda step: step >= stop_after, f"step {stop_after}",
-                             time.monotonic() + timeout):
-                raise RuntimeError(f"the loop ended before step {stop_after}: {process.communicate(timeout=30)[0][-2000:]}")
-            _send(process, signal_number, group)
-            output, _ = process.communicate(timeout=timeout)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
+    with _loop_process(arguments, "--pause-after", str(stop_after)) as (process, progress):
+        if not _wait_for(process, progress, lambda step: step >= stop_after, f"step {stop_after}",
+                         time.monotonic() + timeout):
+            raise RuntimeError(f"the loop ended before step {stop_after}: {process.communicate(timeout=30)[0][-2000:]}")
+        _send(process, signal_number, group)
+        output, _ = process.communicate(timeout=timeout)
     return process.returncode, output
 
 
@@ -288,26 +302,16 @@ def run_and_interrupt(arguments: list, after_seconds: float, signal_number: int 
     sent (None: the loop had ended before). A loop that finished its epoch before the
     moment returns 0.
     """
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="packlab-preemption-") as folder:
-        progress = Path(folder) / "progress.json"
-        process = _start_loop(arguments, progress)
-        step = None
-        try:
-            if _wait_for(process, progress, lambda step: step >= after_step, f"step {after_step}",
-                         time.monotonic() + timeout):
-                moment = time.monotonic() + after_seconds
-                while process.poll() is None and time.monotonic() < moment:
-                    time.sleep(min(0.01, max(0.0, moment - time.monotonic())))
-                if process.poll() is None:
-                    step = _progress_step(progress)
-                    _send(process, signal_number, group)
-            output, _ = process.communicate(timeout=timeout)
-        finally:
+    step = None
+    with _loop_process(arguments) as (process, progress):
+        if _wait_for(process, progress, lambda done: done >= after_step, f"step {after_step}", time.monotonic() + timeout):
+            moment = time.monotonic() + after_seconds
+            while process.poll() is None and time.monotonic() < moment:
+                time.sleep(min(0.01, max(0.0, moment - time.monotonic())))
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
+                step = _progress_step(progress)
+                _send(process, signal_number, group)
+        output, _ = process.communicate(timeout=timeout)
     return process.returncode, output, step
 
 

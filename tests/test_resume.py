@@ -336,6 +336,36 @@ def _uninterrupted(shards, batch_size=8):
                                     multiprocessing_context="fork"))
 
 
+def _record_the_mask(worker_id):
+    """worker_init_fn: write this worker's blocked signals to a file named in the environment, then ignore them."""
+    import os
+
+    blocked = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    with open(f"{os.environ['PACKLAB_TEST_MASKS']}-{worker_id}", "w") as f:
+        f.write(" ".join(map(str, blocked)))
+    preemption.ignore_stop_signals(worker_id)
+
+
+def test_spawn_workers_start_with_the_stop_signals_blocked(tmp_path, monkeypatch):
+    """Until its worker_init_fn runs, a signal to the group must not kill a spawn worker (a new interpreter for seconds).
+
+    multiprocessing's resource tracker unblocks SIGTERM in the process that starts it: started
+    inside the block, by the first spawn worker, it would let every worker start unprotected.
+    """
+    from torch.utils.data import DataLoader
+
+    monkeypatch.setenv("PACKLAB_TEST_MASKS", str(tmp_path / "mask"))
+    with preemption.stop_signals_held():
+        batches = iter(DataLoader(list(range(8)), batch_size=2, num_workers=2, multiprocessing_context="spawn",
+                                  worker_init_fn=_record_the_mask, timeout=300))
+    assert len(list(batches)) == 4
+    wanted = {int(signal.SIGTERM), int(signal.SIGUSR1)}
+    for worker in range(2):
+        blocked = {int(n) for n in (tmp_path / f"mask-{worker}").read_text().split()}
+        assert wanted <= blocked, f"worker {worker} started with {sorted(blocked)} blocked"
+    assert not wanted & set(signal.pthread_sigmask(signal.SIG_BLOCK, [])), "the block outlived the start-up"
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_loop_signalled_at_random_moments_checkpoints_and_resumes_with_every_sample_once(shards, tmp_path, method):
     """A chain of runs of ``python -m packlab.preemption``, each stopped at a random moment, none paused.
