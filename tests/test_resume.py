@@ -415,3 +415,28 @@ def test_a_loop_resumed_with_another_worker_count_keeps_exactly_once(shards, tmp
     assert status == 0 and "2 -> 3 workers" in output, output
     counts = Counter(torch.load(checkpoint, weights_only=True)["keys"])
     assert len(counts) == 60 and set(counts.values()) == {1}
+
+
+# ------------------------------------------------------------------ map-style datasets
+
+
+def test_a_map_style_loader_resumes_its_sampler_exactly_once_and_in_order():
+    keys = [f"k{i:03d}" for i in range(100)]
+    whole = _keys(resume.map_style_loader(keys, batch_size=BATCH, workers=2))
+    before, after = resume.stop_and_resume(lambda: resume.map_style_loader(keys, batch_size=BATCH, workers=2), 7)
+    assert before + after == whole and sorted(whole) == keys
+
+
+@pytest.mark.parametrize("resumed_epoch, once", [(1, True), (0, False)])
+def test_the_distributed_sampler_resumes_only_in_the_epoch_it_was_saved_in(resumed_epoch, once):
+    """StatefulDistributedSampler's state is how many indices it yielded: the epoch must be set again first."""
+    keys = [f"k{i:03d}" for i in range(100)]
+    seen = []
+    for rank in range(2):
+        stopped = resume.map_style_loader(keys, batch_size=BATCH, workers=0, rank=rank, world_size=2, epoch=1)
+        seen += _keys(stopped, stop_after=3)
+        again = resume.map_style_loader(keys, batch_size=BATCH, workers=0, rank=rank, world_size=2, epoch=resumed_epoch)
+        again.load_state_dict(stopped.state_dict())
+        seen += _keys(again)
+    counts = Counter(seen)
+    assert (len(counts) == 100 and set(counts.values()) == {1}) == once

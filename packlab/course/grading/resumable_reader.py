@@ -427,7 +427,10 @@ def _sigterm_group(ctx: Context) -> str:
             time.sleep(delay)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGTERM)
-        child.join(timeout)
+        # Not child.join(): its DataLoader workers hold the child's sentinel pipe open until they notice
+        # that it is gone (every 5 s); the exit status is there as soon as the child itself has ended.
+        while child.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
