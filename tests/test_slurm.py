@@ -362,8 +362,9 @@ def test_jobs_signalled_as_slurm_signals_checkpoint_requeue_themselves_and_finis
             how = ["--batch", "--signal=USR1"]
         else:
             return
-        sent.append((" ".join(how), step))
-        subprocess.run(["scancel", *how, job.job_id], env=job.env, capture_output=True, timeout=30, check=True)
+        done = subprocess.run(["scancel", *how, job.job_id], env=job.env, capture_output=True, timeout=30)
+        if done.returncode == 0:  # else the run was just ending: try again at the next poll
+            sent.append((" ".join(how), step))
 
     _follow([signalled, timed_out], REQUEUE_TIMEOUT, act=signal_the_job)
     runs = {name: _epoch_done_once(job, checkpoint)

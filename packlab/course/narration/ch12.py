@@ -120,9 +120,3 @@ def mixing_summary(verdicts: Mapping[str, Mapping]) -> str:
     if bad:
         parts.append(f"not mixed: {', '.join(bad)}")
     return "; ".join(parts)
-
-
-def mixing_words(ours: float, peers: Mapping[str, float], perfect: float) -> str:
-    """Label mixing of each reader against a perfect shuffle (lower is better mixed), as one clause."""
-    parts = [f"{name} {value:.2f}" for name, value in {"ours": ours, **peers}.items()]
-    return ", ".join(parts) + f" (a random permutation: {perfect:.2f})"
