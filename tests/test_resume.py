@@ -440,3 +440,12 @@ def test_the_distributed_sampler_resumes_only_in_the_epoch_it_was_saved_in(resum
         seen += _keys(again)
     counts = Counter(seen)
     assert (len(counts) == 100 and set(counts.values()) == {1}) == once
+
+
+def test_a_state_of_an_older_layout_is_refused_with_the_versions(shards):
+    _, state = _stopped_state(shards, 5)
+    dataset = _dataset(shards)
+    with pytest.raises(resume.ResumeError, match="layout version 1, this packlab reads version 2"):
+        dataset.load_state_dict({**state, "version": 1})
+    with pytest.raises(resume.ResumeError, match="not a TarShardDataset state"):
+        dataset.load_state_dict({"something": "else"})

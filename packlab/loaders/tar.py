@@ -1001,8 +1001,13 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         :func:`packlab.resume.epoch_state`, which works with any number of workers and ranks.
         In the main process this also sets the epoch to the state's.
         """
-        if state.get("version") != STATE_VERSION or state.get("kind") not in ("reader", "epoch"):
-            raise ResumeError(f"not a TarShardDataset state of version {STATE_VERSION}: {sorted(state)[:6]}")
+        if state.get("kind") not in ("reader", "epoch"):
+            raise ResumeError(f"not a TarShardDataset state (keys {sorted(state)[:6]}): pass what state_dict() or "
+                              "packlab.resume.epoch_state returned")
+        if state.get("version") != STATE_VERSION:
+            raise ResumeError(f"this state has layout version {state.get('version')}, this packlab reads version "
+                              f"{STATE_VERSION} (byte offsets were added in version 2): resume with the packlab that "
+                              "saved it, or start the epoch again")
         if state["kind"] == "reader" and state["seed"] != self.seed:
             raise ResumeError(f"the state was saved with seed={state['seed']}, this dataset has seed={self.seed}")
         self._saved_state = state
