@@ -34,7 +34,7 @@ help:
 	@echo "make test       unit tests (in parallel), every chapter and solution notebook under nbval, browser tests"
 	@echo "make bench      time every loader on the full dataset; writes _build/bench/bench.json and bench.png"
 	@echo "make setup      create .venv with uv and install the course package (editable): what an attendee needs"
-	@echo "make setup-dev  the same, plus the book and test tools (the dev extra)"
+	@echo "make setup-dev  the same, plus the book and test tools and DALI (the dev and dali extras)"
 	@echo "make system-deps  the Debian packages the tests need (Chromium, Slurm, munge), installed once as root"
 	@echo "make data       generate the 10k-image dataset (PACKLAB_COUNT=2000: a smaller one; no-op if a verified one exists)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
@@ -72,12 +72,12 @@ $(VENV)/.installed: pyproject.toml
 	$(UV_INSTALL) --no-deps $$($(PY) -m packlab.course.nodeps)
 	@touch $@
 
-# The same plus the book and test tools (pyproject.toml's dev extra).
+# The same plus the book and test tools (pyproject.toml's dev extra) and DALI, chapter 11's peer (the dali extra).
 setup-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	@set -e; $(find_uv); \
-	$(UV_INSTALL) -e '.[dev]'
+	$(UV_INSTALL) -e '.[dev,dali]'
 	@touch $@
 
 data: setup
@@ -156,7 +156,7 @@ test: setup-dev data system-deps
 # Speed targets live here, never in the tests. Run it on an otherwise idle machine.
 # BENCH_ARGS=--quick: the same on 600 images, to check that everything runs.
 BENCH_ARGS ?=
-bench: data
+bench: setup-dev data
 	$(PY) -m packlab.course.benchmark $(BENCH_ARGS)
 
 # The attendees' copy of the course: every tracked file but solutions/ and the tests, the

@@ -1,10 +1,14 @@
 """What a loader can reach at best on this machine, and where an epoch's CPU time went.
 
-The **decode ceiling** is decode + the standard transform on JPEG bytes already in
-memory: no files, no workers, no batches. :func:`measure_ceiling` measures it for one
-core, :func:`measure_parallel_ceiling` for several processes at once. No loader that
-decodes the same way can beat the parallel ceiling with the same number of workers, so
-a loader's rate divided by it says how much the loader itself costs.
+The **decode ceiling** is a loader worker's per-image work on JPEG bytes already in
+memory: decode, resize (or crop), and the conversion into the image's place in a batch
+buffer that is already mapped; no files, no hand-over, no fresh memory.
+:func:`measure_ceiling` measures it for one core, :func:`measure_parallel_ceiling` for
+several processes at once. Each input and transform has its own ceiling: the standard
+one (:func:`standard_work`) by default, or the ``transform`` and ``write`` a loader's
+workers use. No loader doing the same work can beat the parallel ceiling with the same
+number of workers, so a loader's rate divided by *its own* ceiling says how much the
+loader itself costs.
 
 :func:`batch_memory_seconds` measures one of those costs, filling a batch in fresh
 shared memory; :func:`timed_epoch` and :func:`where_the_time_goes` split one epoch's
@@ -23,50 +27,87 @@ import torch
 from packlab.bench import time_loader, torch_threads
 
 
-def measure_ceiling(encoded: Sequence[bytes], transform: Callable | None = None) -> float:
-    """Images/s of decode + the standard transform on JPEG bytes already in memory.
+def standard_work() -> tuple[Callable, Callable, tuple, torch.dtype]:
+    """The per-image work of the standard loaders' workers: ``(transform, write, batch shape, dtype)``.
 
-    One process, one torch thread: what one core can do when nothing else (files,
-    workers, batching) costs anything. A loader with ``n`` workers on ``n`` free cores
-    can at best approach ``n`` times this.
+    Decode and resize to uint8 with Pillow (:func:`packlab.transforms.decode_and_resize`),
+    then convert into the image's slot of a float32 batch (:func:`packlab.transforms.to_tensor`
+    with ``out=``), as ``collate_uint8_images`` and the recycling loader do.
     """
-    from packlab.transforms import standard_transform
+    from packlab.transforms import IMAGE_SIZE, decode_and_resize, to_tensor
 
-    transform = transform or standard_transform
+    def write(pixels, out):
+        to_tensor(pixels, out=out)
+
+    return decode_and_resize, write, (64, 3, IMAGE_SIZE, IMAGE_SIZE), torch.float32
+
+
+def _work_loop(items: Sequence, transform: Callable | None, write: Callable | None, shape, dtype) -> int:
+    """Do the per-image work on every item, writing into one batch buffer allocated (and touched) before."""
+    if transform is None:
+        transform, write, shape, dtype = standard_work()
+    buffer = torch.zeros(shape, dtype=dtype) if write is not None else None
+    for i, item in enumerate(items):
+        pixels = transform(item)
+        if write is not None:
+            write(pixels, buffer[i % shape[0]])
+    return len(items)
+
+
+def measure_ceiling(items: Sequence, transform: Callable | None = None, write: Callable | None = None,
+                    batch_shape: Sequence[int] | None = None, dtype: torch.dtype = torch.uint8) -> float:
+    """Images/s of one process doing a loader worker's per-image work on inputs already in memory.
+
+    By default the standard work (:func:`standard_work`) on JPEG bytes. Otherwise
+    ``transform(item)`` (decode, crop or resize) and ``write(pixels, slot)`` (the
+    conversion into the image's slot of a ``batch_shape`` buffer of ``dtype``, allocated
+    once, as a recycled batch is). One process, one torch thread: what one core can do
+    when nothing else (files, workers, batching) costs anything. A loader with ``n``
+    workers on ``n`` free cores can at best approach ``n`` times this.
+    """
+    shape = tuple(batch_shape) if batch_shape is not None else None
     with torch_threads(1):
         start = time.perf_counter()
-        for blob in encoded:
-            transform(blob)
-        return len(encoded) / (time.perf_counter() - start)
+        count = _work_loop(items, transform, write, shape, dtype)
+        return count / (time.perf_counter() - start)
 
 
-def _decode_share(share: Sequence[bytes], barrier, results) -> None:
-    """One process of :func:`measure_parallel_ceiling`: wait for the others, then decode its share."""
-    from packlab.transforms import standard_transform
-
+def _decode_share(share: Sequence, barrier, results, transform, write, shape, dtype) -> None:
+    """One process of :func:`measure_parallel_ceiling`: wait for the others, then do its share."""
     torch.set_num_threads(1)
+    if transform is None:
+        transform, write, shape, dtype = standard_work()
+    buffer_ready = torch.zeros(shape, dtype=dtype) if write is not None else None  # mapped before the clock
     barrier.wait()
     start = time.monotonic()  # the same clock in every process (CLOCK_MONOTONIC)
-    for blob in share:
-        standard_transform(blob)
+    for i, item in enumerate(share):
+        pixels = transform(item)
+        if write is not None:
+            write(pixels, buffer_ready[i % shape[0]])
     results.put((start, time.monotonic(), len(share)))
 
 
-def measure_parallel_ceiling(encoded: Sequence[bytes], processes: int) -> float:
-    """Images/s of ``processes`` processes decoding (+ standard transform) at the same time.
+def measure_parallel_ceiling(items: Sequence, processes: int, transform: Callable | None = None,
+                             write: Callable | None = None, batch_shape: Sequence[int] | None = None,
+                             dtype: torch.dtype = torch.uint8) -> float:
+    """Images/s of ``processes`` processes doing a loader worker's per-image work at the same time.
 
-    Each process takes every ``processes``-th image, all start together (a barrier), and
-    the rate is all images over the time from the first start to the last finish. This is
-    what the cores deliver together when nothing crosses a process boundary: an upper
-    bound for any loader with that many workers, usually a little below ``processes``
-    times :func:`measure_ceiling` (shared caches, memory bandwidth, clock boost).
+    The work is :func:`measure_ceiling`'s (the standard one by default, or ``transform``
+    and ``write``): exactly what the loader's workers do per image, from bytes already in
+    memory into memory already mapped, and nothing else. Each process takes every
+    ``processes``-th item, all start together (a barrier), and the rate is all items over
+    the time from the first start to the last finish. Nothing crosses a process boundary
+    and nothing is read from a file, so no loader doing the same work with that many
+    workers can beat it: a loader's rate divided by it is what the loader itself costs.
     """
     import multiprocessing
 
+    shape = tuple(batch_shape) if batch_shape is not None else None
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     barrier, results = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_decode_share, args=(encoded[i::processes], barrier, results), daemon=True)
+    workers = [context.Process(target=_decode_share, daemon=True,
+                               args=(items[i::processes], barrier, results, transform, write, shape, dtype))
                for i in range(processes)]
     for worker in workers:
         worker.start()
@@ -118,10 +159,13 @@ def busy_core_seconds() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def timed_epoch(loader: Iterable, name: str) -> dict:
-    """One epoch through :func:`time_loader`, with the CPU time this process and the machine spent on it."""
+def timed_epoch(loader: Iterable, name: str, on_batch: Callable | None = None) -> dict:
+    """One epoch through :func:`time_loader`, with the CPU time this process and the machine spent on it.
+
+    ``on_batch(batch)`` runs on every batch inside the timed region (e.g. recording keys for an audit).
+    """
     own, busy = time.process_time(), busy_core_seconds()
-    result = time_loader(loader, epochs=1, name=name)
+    result = time_loader(loader, epochs=1, name=name, on_batch=on_batch)
     busy_after = busy_core_seconds()
     return {
         "images": result.images_per_epoch,

@@ -41,7 +41,7 @@ from PIL import Image, UnidentifiedImageError
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as transforms_v2
 
-from packlab.transforms import IMAGE_SIZE, CorruptImageError, decode_rgb
+from packlab.transforms import IMAGE_SIZE, SUBSAMPLING, CorruptImageError, decode_rgb
 
 
 def _corrupt(source: str, exc: BaseException) -> CorruptImageError:
@@ -228,16 +228,20 @@ def largest_difference(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tenso
 # ----------------------------------------------------------------- sources larger than the target
 
 
-def high_resolution_copies(samples: Sequence, folder, scale: int = 4, root=None, quality: int = 96) -> list:
+def high_resolution_copies(samples: Sequence, folder, scale: int = 4, root=None, quality: int = 90,
+                           subsampling: str = "4:2:0", grain: float = 4.0) -> list:
     """Write ``scale`` times larger copies of some dataset images, for showing when a reduced decode pays.
 
     Our dataset is ImageNet-sized (about 400 x 350); many datasets today hold camera
     photos several times larger. Each copy is the original enlarged ``scale`` times
-    (bicubic) with fresh grain of its own at the new size, seeded by the key, so it has
-    fine detail (and bytes) like a photograph rather than the smoothness of an
-    enlargement; saved like the originals (quality 96, no chroma subsampling). Files go to
+    (bicubic) with fresh grain of its own at the new size (a standard deviation of
+    ``grain`` levels), seeded by the key, so it has fine detail like a photograph rather
+    than the smoothness of an enlargement; saved as cameras and the web save JPEGs
+    (quality 90, 4:2:0 chroma subsampling), so that the entropy decoding, which no reduced
+    decode can skip, weighs what it weighs in a camera JPEG. Files go to
     ``folder/<key>.jpg``; existing ones are kept (the output depends only on the key, the
-    original and ``scale``). Returns the paths in the order of ``samples``.
+    original and the arguments: give each set of arguments its own folder). Returns the
+    paths in the order of ``samples``.
     """
     from pathlib import Path
 
@@ -254,9 +258,9 @@ def high_resolution_copies(samples: Sequence, folder, scale: int = 4, root=None,
         with Image.open(data.image_path(sample.key, root)) as original:
             big = original.convert("RGB").resize((original.width * scale, original.height * scale), Image.BICUBIC)
         rng = np.random.default_rng([int(sample.key), scale, 0x41D])
-        grain = rng.normal(0, 9.0, size=(big.height, big.width, 1)).astype(np.float32)
-        pixels = np.clip(np.asarray(big, dtype=np.float32) + grain, 0, 255).astype(np.uint8)
+        noise = rng.normal(0, grain, size=(big.height, big.width, 1)).astype(np.float32)
+        pixels = np.clip(np.asarray(big, dtype=np.float32) + noise, 0, 255).astype(np.uint8)
         partial = target.with_suffix(".partial")
-        Image.fromarray(pixels).save(partial, format="JPEG", quality=quality, subsampling=0)
+        Image.fromarray(pixels).save(partial, format="JPEG", quality=quality, subsampling=SUBSAMPLING[subsampling])
         partial.replace(target)
     return paths

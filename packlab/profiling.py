@@ -45,45 +45,90 @@ TRAINING_STEP = "training step"
 
 @dataclass
 class TrainingProfile:
-    """What :func:`profile_training` found: seconds in all, waiting for batches, and in the steps."""
+    """What :func:`profile_training` found over its profiled (steady) steps, and the start-up apart."""
 
-    wall_seconds: float
-    waiting_seconds: float
-    step_seconds: float
-    batches: int
+    wall_seconds: float  # the profiled steps, from the first to the last
+    waiting_seconds: float  # inside the DataLoader's __next__, in those steps
+    step_seconds: float  # inside the training steps, in those steps
+    batches: int  # steps profiled
     table: str
+    first_batch_seconds: float  # iter() to the first batch: worker start-up, not part of the profile
+    skipped_steps: int  # steps run before the profile (schedule's wait + warmup, after the first batch)
 
     @property
     def waiting_share(self) -> float:
-        """Share of the wall time the loop spent inside the DataLoader's ``__next__``."""
+        """Share of the profiled steps' wall time the loop spent inside the DataLoader's ``__next__``."""
         return self.waiting_seconds / self.wall_seconds
 
+    @property
+    def step_share(self) -> float:
+        """Share of the profiled steps' wall time spent in the training steps."""
+        return self.step_seconds / self.wall_seconds
 
-def profile_training(loader: Iterable, step: Callable, max_batches: int | None = None) -> TrainingProfile:
-    """Run a training loop (``step(batch)`` per batch) under ``torch.profiler`` and split its time.
 
-    Each step is wrapped in ``record_function("training step")``; the DataLoader marks its
-    own ``__next__``. Profiled on the CPU only; on a GPU job add
-    ``ProfilerActivity.CUDA`` to see the kernels too.
+def _quiet_kineto() -> None:
+    """Keep Kineto (the profiler's tracing library) from printing to stderr.
+
+    Kineto logs through its own logger, not Python's: ``profiler_start``/``profiler_stop``
+    lines at its ``USDT`` level (5) and, on a machine without a GPU, an error that it found
+    no GPU (``gpuGetDeviceCount failed``), which is expected and harmless here. Its level
+    comes from the ``KINETO_LOG_LEVEL`` environment variable, read when a profile starts;
+    6 is above every level it has. A value the user set is kept.
+    """
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
+def profile_training(loader: Iterable, step: Callable, wait: int = 2, warmup: int = 2, active: int = 20,
+                     max_epochs: int = 20) -> TrainingProfile:
+    """Profile a training loop (``step(batch)`` per batch) from steady state, with ``torch.profiler.schedule``.
+
+    The first batch (workers starting, every worker's first batch) is timed on its own and
+    left out; then the profiler skips ``wait`` steps, records but discards ``warmup`` more,
+    and keeps ``active`` steps, once (``schedule(wait, warmup, active, repeat=1)``). The
+    loader is iterated for as many epochs as that takes (use ``persistent_workers=True``, as
+    a training job does, or every epoch starts its workers again). Each step is wrapped in
+    ``record_function("training step")``; the DataLoader marks its own ``__next__``. CPU
+    only; on a GPU job add ``ProfilerActivity.CUDA`` to see the kernels too.
     """
     from torch.autograd.profiler import record_function
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
+    _quiet_kineto()
+    needed = wait + warmup + active
     batches = 0
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        start = time.perf_counter()
-        for batch in loader:
-            with record_function(TRAINING_STEP):
-                step(batch)
-            batches += 1
-            if max_batches is not None and batches >= max_batches:
+    start = time.perf_counter()
+    first_batch = float("nan")
+    active_start = active_end = None
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1)) as profiler:
+        for _ in range(max_epochs):
+            iterator = iter(loader)
+            while batches <= needed:
+                if batches == 1 + wait + warmup:
+                    active_start = time.perf_counter()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    break
+                if batches == 0:
+                    first_batch = time.perf_counter() - start
+                    batches += 1
+                    continue  # the start-up batch: not a step of the profile
+                with record_function(TRAINING_STEP):
+                    step(batch)
+                profiler.step()
+                batches += 1
+                if batches == 1 + needed:
+                    active_end = time.perf_counter()
+            if batches > needed:
                 break
-        wall = time.perf_counter() - start
+        else:
+            raise RuntimeError(f"{max_epochs} epochs gave fewer than the {needed} steps to profile")
     events = profiler.key_averages()
     waiting = sum(e.cpu_time_total for e in events if e.key.startswith(DATALOADER_NEXT)) / 1e6
     stepping = sum(e.cpu_time_total for e in events if e.key == TRAINING_STEP) / 1e6
     table = events.table(sort_by="cpu_time_total", row_limit=8, max_name_column_width=60)
-    return TrainingProfile(wall, waiting, stepping, batches, table)
+    return TrainingProfile(active_end - active_start, waiting, stepping, active, table, first_batch, wait + warmup)
 
 
 def crossing_seconds(batch) -> float:

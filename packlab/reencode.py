@@ -6,8 +6,14 @@ image already reduced (FFCV: to a maximum side, e.g. 256 or 512 px) and re-encod
 JPEG at a chosen quality, so that every later epoch decodes a small image and resizes
 nothing. Three choices set the trade-off, and this module makes each a parameter:
 
-* **size**: the stored side. At the training size (256) nothing is left to resize; a
-  larger stored side keeps detail for random crops, at more bytes and a resize per read;
+* **size and shape**: ``fit="square"`` squashes every image to ``size`` x ``size``, the
+  course's standard transform, done once: at 256 nothing is left to resize, but the
+  aspect ratio is gone and a random crop can only cut into the squashed picture.
+  ``fit="max side"`` keeps the aspect ratio and shrinks the longer side to ``size``
+  (never enlarging), as FFCV does (``RGBImageField(max_resolution=...)``: "resize images
+  to have maximum side length equal to this value", ``ffcv/fields/rgb_image.py``), so
+  the training transform's random resized crop still sees the whole picture; a larger
+  side keeps more detail for small crops, at more bytes and decode time;
 * **quality** (1-100): bytes and decode time against the error a second lossy encoding
   adds to the pixels;
 * **chroma subsampling**: ``"4:2:0"`` stores colour at half the resolution in each
@@ -37,10 +43,10 @@ from PIL import Image
 
 from packlab.loaders.tar import RawSample
 from packlab.preprocess import MapReport, map_shards
-from packlab.transforms import IMAGE_SIZE, RAW_SHAPE, decode_and_resize, decode_rgb
+from packlab.transforms import IMAGE_SIZE, RAW_SHAPE, SUBSAMPLING, decode_and_resize, decode_rgb
 
-#: Pillow's names for the chroma subsampling of a JPEG it writes.
-SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
+#: How a stored image gets its size: squashed to a square, or the longer side shrunk with the aspect kept.
+FITS = ("square", "max side")
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,11 @@ class StoredFormat:
     size: int = IMAGE_SIZE
     quality: int = 90
     subsampling: str = "4:2:0"
+    fit: str = "square"
 
     def __post_init__(self):
+        if self.fit not in FITS:
+            raise ValueError(f"fit must be one of {FITS}, got {self.fit!r}")
         if self.subsampling not in SUBSAMPLING:
             raise ValueError(f"subsampling must be one of {sorted(SUBSAMPLING)}, got {self.subsampling!r}")
         if not 1 <= self.quality <= 100:
@@ -59,13 +68,15 @@ class StoredFormat:
 
     @property
     def name(self) -> str:
-        """How tables call it: ``"256 px, q90, 4:2:0"``."""
-        return f"{self.size} px, q{self.quality}, {self.subsampling}"
+        """How tables call it: ``"256 px, q90, 4:2:0"`` (squashed square), ``"max side 320, q90, 4:2:0"``."""
+        shape = f"{self.size} px" if self.fit == "square" else f"max side {self.size}"
+        return f"{shape}, q{self.quality}, {self.subsampling}"
 
     @property
     def folder_name(self) -> str:
-        """Where its shards go under the packed folder: ``stored-256-q90-420``."""
-        return f"stored-{self.size}-q{self.quality}-{self.subsampling.replace(':', '')}"
+        """Where its shards go under the packed folder: ``stored-256-q90-420``, ``stored-max320-q90-420``."""
+        shape = f"{self.size}" if self.fit == "square" else f"max{self.size}"
+        return f"stored-{shape}-q{self.quality}-{self.subsampling.replace(':', '')}"
 
 
 def encode_pixels(pixels: np.ndarray, quality: int, subsampling: str = "4:2:0") -> bytes:
@@ -75,19 +86,34 @@ def encode_pixels(pixels: np.ndarray, quality: int, subsampling: str = "4:2:0") 
     return out.getvalue()
 
 
-def stored_pixels(image_bytes: bytes, size: int, source: str = "<bytes>") -> np.ndarray:
-    """What gets encoded: at the training size exactly the standard transform's pixels, else a Pillow resize to ``size``.
+def max_side_size(width: int, height: int, side: int) -> tuple[int, int]:
+    """``(width, height)`` with the longer side shrunk to ``side`` and the aspect ratio kept; never enlarged."""
+    longer = max(width, height)
+    if longer <= side:
+        return width, height
+    return max(1, round(width * side / longer)), max(1, round(height * side / longer))
 
-    At 256 the only difference from the standard is then the second JPEG encoding.
+
+def stored_pixels(image_bytes: bytes, size: int, source: str = "<bytes>", fit: str = "square") -> np.ndarray:
+    """What gets encoded, resized with Pillow's bilinear filter (antialiased when it shrinks).
+
+    ``fit="square"``: at the training size exactly the standard transform's pixels (the only
+    difference from the standard is then the second JPEG encoding), else ``size`` x ``size``.
+    ``fit="max side"``: the longer side ``size``, aspect kept (:func:`max_side_size`).
     """
-    if size == IMAGE_SIZE:
-        return decode_and_resize(image_bytes, source)
-    return np.asarray(decode_rgb(image_bytes, source).resize((size, size), Image.BILINEAR))
+    if fit == "square":
+        if size == IMAGE_SIZE:
+            return decode_and_resize(image_bytes, source)
+        return np.asarray(decode_rgb(image_bytes, source).resize((size, size), Image.BILINEAR))
+    image = decode_rgb(image_bytes, source)
+    target = max_side_size(*image.size, size)
+    return np.asarray(image if target == image.size else image.resize(target, Image.BILINEAR))
 
 
-def to_stored_jpeg(sample: RawSample, size: int = IMAGE_SIZE, quality: int = 90, subsampling: str = "4:2:0") -> dict:
-    """A per-sample function for :func:`packlab.preprocess.map_shards`: ``<key>.jpg`` stored at ``size``, and ``<key>.cls``."""
-    pixels = stored_pixels(sample.image_bytes, size, sample.source)
+def to_stored_jpeg(sample: RawSample, size: int = IMAGE_SIZE, quality: int = 90, subsampling: str = "4:2:0",
+                   fit: str = "square") -> dict:
+    """A per-sample function for :func:`packlab.preprocess.map_shards`: ``<key>.jpg`` stored in that form, and ``<key>.cls``."""
+    pixels = stored_pixels(sample.image_bytes, size, sample.source, fit)
     return {"cls": str(sample.label).encode(), "jpg": encode_pixels(pixels, quality, subsampling)}
 
 
@@ -98,7 +124,8 @@ def write_stored_shards(inputs: Sequence[str | Path], folder: str | Path, form: 
     Shards already written are kept (``map_shards`` is resumable), so calling it again
     costs nothing. Returns the output shard paths (in the inputs' order) and the report.
     """
-    function = functools.partial(to_stored_jpeg, size=form.size, quality=form.quality, subsampling=form.subsampling)
+    function = functools.partial(to_stored_jpeg, size=form.size, quality=form.quality, subsampling=form.subsampling,
+                                 fit=form.fit)
     report = map_shards(function, inputs, folder, processes=processes, progress=progress)
     return [Path(r.output) for r in report.shards], report
 

@@ -23,6 +23,8 @@ from PIL import Image, UnidentifiedImageError
 IMAGE_SIZE = 256
 #: Shape of one raw-pixel sample as stored in packed archives (height, width, channels).
 RAW_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, 3)
+#: Pillow's names for the chroma subsampling of a JPEG it writes (``Image.save(..., subsampling=...)``).
+SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
 
 
 class CorruptImageError(ValueError):

@@ -108,7 +108,8 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
     import shutil
 
     from packlab.course.benchmark import GOALS, SECTIONS, format_benchmark, run_benchmark
-    from packlab.loaders.lineup import OURS, PEER, STORED_OURS, SWEPT, loader_factories
+    from packlab.loaders.dali_pipeline import dali_status
+    from packlab.loaders.lineup import CROP_ROWS, OURS, SWEPT, loader_factories
 
     root = tmp_path / "data"
     shutil.copytree(small_root, root)
@@ -117,39 +118,51 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
                             ceiling_images=30)
     written = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert (tmp_path / "out" / "bench.png").stat().st_size > 0
-    for key in ("parallel_ceiling", "best_vs_ceiling", "ours_vs_best_peer", "ceiling_images_per_s_per_core",
-                "batch_memory", "goals", "ratios", "loaders", "sweep", *SECTIONS):
+    for key in ("parallel_ceiling", "ceiling_images_per_s_per_core", "batch_memory", "goals", "ratios",
+                "ratio_verdicts", "loaders", "sweep", "headlines", "training_crops", "storage", *SECTIONS):
         assert written[key], key
     assert written["parallel_ceiling"] > 0 and len(written["parallel_ceiling_runs"]) == 3
     names = {r["loader"] for r in written["loaders"]}
     assert names == set(loader_factories(root, ["x.tar"], "x.zip", stored_shards=["y.tar"]))
-    assert {"threads, tar shards", "recycling, tar shards", "webdataset", "torchdata.nodes, threads",
-            "torchdata.nodes, processes", "SPDL, threads"} <= names
     for row in written["loaders"]:
         rates = [e["images_per_s"] for e in row["epochs"]]
         assert len(rates) == 3 and row["min_images_per_s"] <= row["median_images_per_s"] <= row["max_images_per_s"]
         assert row["epochs"][0]["images"] == 60, row["loader"]
+        assert row["audit"].startswith("ok: every key exactly once"), (row["loader"], row["audit"])
         assert "limited_by" in row["where_the_time_goes"]
+    # The headline ratios come from head-to-head runs: six counterbalanced rounds each, every epoch audited.
+    peers = written["headlines"]["peers"]
     best = max((r for r in written["loaders"] if r["group"] == OURS), key=lambda r: r["median_images_per_s"])
-    peer = max((r for r in written["loaders"] if r["group"] == PEER), key=lambda r: r["median_images_per_s"])
-    assert written["best_vs_ceiling"] == best["median_images_per_s"] / written["parallel_ceiling"]
-    assert written["ours_vs_best_peer"] == best["median_images_per_s"] / peer["median_images_per_s"]
+    assert peers["ours"] == best["loader"] and peers["rounds"] == 6
+    for row in peers["rows"].values():
+        assert len(row["images_per_s"]) == 6
+    assert written["ours_vs_best_peer"] == pytest.approx(
+        peers["rows"][peers["ours"]]["median_images_per_s"] / peers["rows"][peers["peer"]]["median_images_per_s"])
     for name, goal in written["goals"].items():
-        assert goal["goal"] == GOALS[name] and goal["reached"] == (goal["measured"] >= goal["goal"])
-        assert (goal["limit"] is None) == goal["reached"], "a missed goal must say what limits it"
+        assert goal["goal"] == GOALS[name]
+        assert goal["reached"] == (goal["verdict"] > 0), "a goal is reached only where the verdict says so"
+        assert goal["words"] in format_benchmark(results)
+    crops = written["training_crops"]
+    assert {CROP_ROWS["standard"], CROP_ROWS["ours, stored"]} <= set(crops["rows"])
+    if dali_status() is None:
+        assert CROP_ROWS["DALI, stored"] in crops["rows"] and "ours_vs_dali_cpu" in written["ratios"]
+    for name in (CROP_ROWS["standard"], CROP_ROWS["ours, stored"]):
+        assert crops["rows"][name]["audit"].startswith("ok"), crops["rows"][name]
+    ratios = written["ratios"]
+    assert "fastest_vs_full_decode_ceiling" not in ratios
+    assert ratios["training_pipeline_speedup"] == pytest.approx(
+        crops["rows"][CROP_ROWS["ours, stored"]]["median_images_per_s"]
+        / crops["rows"][CROP_ROWS["standard"]]["median_images_per_s"])
+    assert "stored_loader_vs_stored_ceiling" in ratios and all(key in written["ratio_verdicts"] for key in ratios)
+    assert any(key.startswith("decode_cost_ratio: max side 320") for key in ratios)
+    assert 0 < crops["stored"]["storage_ratio"] <= 1.0
+    assert 25 < written["storage"]["rows"]["max side 320, q90, 4:2:0"]["psnr_db"] < 60
     assert {(r["loader"], r["workers"]) for r in written["sweep"]} == {(name, 0) for name in SWEPT}
     assert written["small_files"]["modelled_files_per_s"]["tar"] > 0
-    past = written["past_the_ceiling"]
-    stored_best = max((r for r in written["loaders"] if r["group"] == STORED_OURS), key=lambda r: r["median_images_per_s"])
-    assert past["pipeline"] == stored_best["loader"] and 0 < past["storage_ratio"] <= 1.0
-    assert written["ratios"]["fastest_vs_full_decode_ceiling"] == stored_best["median_images_per_s"] / written[
-        "parallel_ceiling"]
-    assert 30 < past["pixel_error"]["psnr_db"] < 60 and past["pixel_error"]["images"] == 60
     assert written["gpu"]["cuda"] == torch.cuda.is_available() and written["gpu"]["summary"]
     text = format_benchmark(results)
-    assert "past the decode ceiling" in text and "PSNR" in text
-    assert "processes at once" in text and "reused shared" in text
-    assert "best_vs_ceiling" in text and "ours_vs_best_peer" in text and any("turn 3/3" in line for line in lines)
+    assert "training_pipeline_speedup" in text and "ours_vs_best_peer" in text and "PSNR" in text
+    assert "processes at once" in text and "reused shared" in text and any("turn 3/3" in line for line in lines)
 
 
 def test_where_the_time_goes_splits_the_cores_time_per_image():
@@ -201,7 +214,7 @@ def test_interleaved_runs_take_turns_and_spreads_summarise_them():
     order = []
     counters = {"a": iter([3.0, 1.0, 2.0]), "b": iter([10.0, 30.0, 20.0])}
     spreads = interleaved({name: (lambda name=name: order.append(name) or next(counters[name])) for name in counters},
-                          rounds=3)
+                          rounds=3, order="fixed")
     assert order == ["a", "b"] * 3  # one of each per round, not all of one first
     assert list(spreads["a"]) == [3.0, 1.0, 2.0] and len(spreads["b"]) == 3  # a spread iterates its values
     assert (spreads["a"].median, spreads["a"].low, spreads["a"].high) == (2.0, 1.0, 3.0)
@@ -290,3 +303,50 @@ def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its
                                              shard_samples=5, cold_level=storage.DATA_PAGES)
     assert smaller["images"] == 10  # two shards of five, and the folder and the zip read the same ten samples
     assert all(rate > 0 for rate in penalty["modelled_files_per_s"].values())
+
+
+def test_interleaved_counterbalances_positions_and_predecessors():
+    from collections import Counter
+
+    from packlab.bench import balanced_block, default_rounds, round_orders
+
+    for count in range(2, 7):
+        rows = round_orders(count, len(balanced_block(count)), seed=count)
+        positions = Counter((who, where) for row in rows for where, who in enumerate(row))
+        assert set(positions.values()) == {len(rows) // count}, f"{count} contenders: positions not balanced"
+        follows = Counter((row[i], row[i + 1]) for row in rows for i in range(count - 1))
+        assert len(set(follows.values())) == 1 and len(follows) == count * (count - 1), f"{count}: predecessors"
+    assert [default_rounds(k) for k in (1, 2, 3, 4, 5, 7)] == [6, 6, 6, 8, 10, 6]
+    calls = []
+    interleaved({name: (lambda name=name: calls.append(name) or 1.0) for name in "ab"})
+    rounds = [calls[i:i + 2] for i in range(0, len(calls), 2)]
+    assert len(rounds) == 6 and all(sorted(r) == ["a", "b"] for r in rounds)
+    assert sum(r[0] == "a" for r in rounds) == 3, "each of two contenders goes first in exactly half the rounds"
+    assert round_orders(3, 6, seed=1) == round_orders(3, 6, seed=1) != round_orders(3, 6, seed=2)
+    with pytest.raises(ValueError, match="order must be one of"):
+        interleaved({"a": lambda: 1.0}, order="alphabetical")
+
+
+def _rule_holds_under_a_position_effect(order: str, contenders: int) -> tuple[bool, list[str]]:
+    """The acceptance rule for an order: with the first call of every round 6 % or 15 % slower, at the
+    default rounds, equal contenders are called different at most 2 % of 2,000 trials, a real 1.3x is found in
+    at least 80 %."""
+    from packlab.simulated_runs import verdict_rates
+
+    failures = []
+    for penalty in (0.06, 0.15):
+        rates = verdict_rates(contenders, penalty, order, trials=2000, noise=0.05, seed=31)
+        if rates["equal called different"] > 0.02 or rates["1.3x found"] < 0.80:
+            failures.append(f"{order}, {contenders} contenders, {penalty:.0%} penalty: {rates}")
+            break  # one failure decides
+    return not failures, failures
+
+
+@pytest.mark.parametrize("contenders", [2, 3])
+def test_a_position_effect_does_not_make_equal_contenders_look_different(contenders):
+    """The runs of two equal fakes are exchangeable only if each runs in every position equally often."""
+    holds, failures = _rule_holds_under_a_position_effect("balanced", contenders)
+    assert holds, failures
+    # the same check rejects the fixed order and a plain random order per round: it can fail
+    assert not _rule_holds_under_a_position_effect("fixed", contenders)[0]
+    assert not _rule_holds_under_a_position_effect("shuffled", contenders)[0]

@@ -80,7 +80,10 @@ def test_the_dev_extra_holds_the_book_and_test_tools_and_nothing_twice():
         assert not set(pins) & set(base), f"extra {extra!r} repeats dependencies: {sorted(set(pins) & set(base))}"
     assert {"torch", "torchvision", "jupyterlab", "jupytext", "jupyterlab-myst", "ipykernel"} <= set(base)
     makefile = (paths.repo_root() / "Makefile").read_text()
-    assert "-e '.[dev]'" in makefile and re.search(r"(?m)^book: .*setup-dev", makefile) and re.search(r"(?m)^lab: data$", makefile)
+    assert "-e '.[dev,dali]'" in makefile and re.search(r"(?m)^book: .*setup-dev", makefile) and re.search(r"(?m)^lab: data$", makefile)
+    # DALI, chapter 11's peer, is for the book, the tests and the benchmark, not in the attendees' install
+    assert "nvidia-dali-cuda130" in extras["dali"] and not any(name.startswith("nvidia-dali") for name in base)
+    assert re.search(r"(?m)^bench: .*setup-dev", makefile)
 
 
 def test_installed_versions_are_the_pinned_ones():

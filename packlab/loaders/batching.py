@@ -141,13 +141,89 @@ def collate_uint8_batch(samples: Sequence[tuple]) -> list:
     (:func:`to_float_batch`); labels an int64 tensor, keys a tuple of strings, as the
     default collate gives.
     """
+    return collate_with(images_to_uint8_batch, samples)
+
+
+def collate_with(make_images, samples: Sequence[tuple]) -> list:
+    """``[make_images(images), int64 labels(, keys)]`` from ``(image, label[, key])`` samples, as the default collate lays them out."""
     columns = list(zip(*samples))
     if not columns:
         raise ValueError("cannot collate an empty batch")
-    batch = [images_to_uint8_batch(columns[0]), torch.tensor(columns[1], dtype=torch.int64)]
+    batch = [make_images(columns[0]), torch.tensor(columns[1], dtype=torch.int64)]
     if len(columns) > 2:
-        batch.append(columns[2])
+        batch.append(columns[2])  # a tuple of strings, as the default collate gives
     return batch
+
+
+# ------------------------------------------------------------------ channels last
+
+
+def _hwc_tensor(image) -> torch.Tensor:
+    """A uint8 height x width x channels image (array or tensor) as a tensor, without copying."""
+    if isinstance(image, torch.Tensor):
+        tensor = image
+    else:
+        array = np.asarray(image)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only arrays over PIL images: we only read them
+            tensor = torch.from_numpy(array)
+    if tensor.dtype != torch.uint8 or tensor.dim() != 3:
+        raise TypeError(f"expected uint8 height x width x channels pixels, got {tensor.dtype} {tuple(tensor.shape)}")
+    return tensor
+
+
+def write_uint8_hwc(image, out: torch.Tensor) -> None:
+    """Copy one uint8 H x W x C image into its slot ``out`` (H x W x C) of an N x H x W x C batch: a plain copy."""
+    pixels = _hwc_tensor(image)
+    if pixels.shape != out.shape:
+        raise ValueError(f"image of shape {tuple(pixels.shape)} for a batch of {tuple(out.shape)} images (H x W x C): "
+                         "crop or resize every image to the same size before batching")
+    out.copy_(pixels)
+
+
+def write_uint8_chw(image, out: torch.Tensor) -> None:
+    """Copy one uint8 H x W x C image into its slot ``out`` (C x H x W): a strided copy, pixel by pixel."""
+    out.copy_(_hwc_tensor(image).permute(2, 0, 1))
+
+
+def images_to_channels_last(images: Sequence) -> torch.Tensor:
+    """uint8 H x W x C images to one batch built N x H x W x C and handed over as a ``channels_last`` N x C x H x W.
+
+    Every decoder here writes pixels interleaved (H x W x C), so each image is one
+    contiguous copy into its slot. The batch returned is ``nhwc.permute(0, 3, 1, 2)``: the
+    shape a model expects (N x C x H x W) with the memory of N x H x W x C, which is
+    exactly what ``torch.channels_last`` means (``is_contiguous(memory_format=
+    torch.channels_last)``), so ``model.to(memory_format=torch.channels_last)`` takes it
+    as it is, on the CPU or after ``.to("cuda")``, which keeps the layout. The standard
+    N x C x H x W batch instead costs a strided copy per image (:func:`write_uint8_chw`).
+    Built in shared memory inside a worker.
+    """
+    if not images:
+        raise ValueError("cannot make a batch of no images")
+    first = _hwc_tensor(images[0])
+    out = empty_batch((len(images), *first.shape), torch.uint8)
+    for i, image in enumerate(images):
+        write_uint8_hwc(image, out[i])
+    return out.permute(0, 3, 1, 2)
+
+
+def collate_channels_last(samples: Sequence[tuple]) -> list:
+    """Collate ``(uint8 H x W x C image, label[, key])`` samples into ``[channels_last uint8 images, labels(, keys)]``."""
+    return collate_with(images_to_channels_last, samples)
+
+
+def collate_uint8_hwc_as_chw(samples: Sequence[tuple]) -> list:
+    """The same batch as :func:`collate_channels_last`, built N x C x H x W (a strided copy per image), for comparison."""
+    def chw(images):
+        if not images:
+            raise ValueError("cannot make a batch of no images")
+        height, width, channels = _hwc_tensor(images[0]).shape
+        out = empty_batch((len(images), channels, height, width), torch.uint8)
+        for i, image in enumerate(images):
+            write_uint8_chw(image, out[i])
+        return out
+
+    return collate_with(chw, samples)
 
 
 #: The per-channel mean and standard deviation of ImageNet's training images (RGB, in [0, 1]),
@@ -174,7 +250,8 @@ def to_float_batch(images: torch.Tensor, device=None, mean: Sequence[float] | No
     if device is not None:
         images = images.to(device, non_blocking=non_blocking)
     if out is None:
-        out = torch.empty(images.shape, dtype=torch.float32, device=images.device)
+        # Same layout as the input: a channels_last batch stays channels_last, and the conversion reads in order.
+        out = torch.empty_like(images, dtype=torch.float32)
     torch.div(images, 255, out=out)
     if (mean is None) != (std is None):
         raise ValueError("give both mean and std, or neither")

@@ -19,10 +19,12 @@ SWEPT = ("JPEG folder", "zip, per-worker handle", "tar shards (ours)", "webdatas
 #: The rows that need ``stored_shards`` (:func:`loader_factories`).
 STORED_LOADERS = ("stored 256 px JPEG, uint8 (ours)", "stored 256 px JPEG, recycling (ours)",
                   "webdataset, stored 256 px JPEG", "SPDL, stored 256 px JPEG")
+#: The training transform's rows (:func:`crop_factories`): the standard pipeline, ours, DALI.
+CROPS_STANDARD, CROPS_OURS, CROPS_PEER = "crops, standard", "crops, ours", "crops, peer"
 
 
 def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, seed: int = 0,
-                     stored_shards: list[str] | None = None) -> dict:
+                     stored_shards: list[str] | None = None, with_keys: bool = False) -> dict:
     """name -> ``(group, make(workers))``: every loader of the benchmark, all giving standard float batches.
 
     All use the same transform: decode and resize to uint8 with Pillow, then one float
@@ -40,6 +42,9 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
     ``recycling`` converts in the workers straight into chapter 8's recycled shared batch
     buffers, so no batch is built in fresh memory on either side. The peers get the same
     decoder and the uint8 hand-over, not a handicap.
+
+    ``with_keys=True`` makes every loader deliver ``[images, labels, keys]``, so that each
+    epoch can be audited (``make bench`` does); the keys cost a tuple of strings per batch.
     """
     from torch.utils.data import DataLoader
 
@@ -56,12 +61,14 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
     def order():
         return torch.Generator().manual_seed(seed)
 
+    keys = {"return_key": True} if with_keys else {}
+
     def shuffled(dataset, workers):
         return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=order(), num_workers=workers,
                           collate_fn=collate_uint8_images, multiprocessing_context=context(workers))
 
     def tar_dataset(fast=True):
-        return TarShardDataset(shards, shuffle_buffer=1000, seed=seed,
+        return TarShardDataset(shards, shuffle_buffer=1000, seed=seed, **keys,
                                **({"transform": decode_and_resize} if fast else {}))
 
     def tar(workers, fast=True):
@@ -70,10 +77,10 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
                           **({"collate_fn": collate_uint8_images} if fast else {}))
 
     def zip_dataset():
-        return ZipDataset(zip_path, transform=decode_and_resize)
+        return ZipDataset(zip_path, transform=decode_and_resize, **keys)
 
     def uint8_tar(workers, shard_list, transform):
-        dataset = TarShardDataset(shard_list, shuffle_buffer=1000, seed=seed, transform=transform)
+        dataset = TarShardDataset(shard_list, shuffle_buffer=1000, seed=seed, transform=transform, **keys)
         return FloatBatches(DataLoader(dataset, batch_size=batch_size, num_workers=workers,
                                        multiprocessing_context=context(workers), collate_fn=collate_uint8_batch))
 
@@ -84,17 +91,18 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
         stored = {
             STORED_LOADERS[0]: (STORED_OURS, lambda w: uint8_tar(w, stored_shards, stored_decode)),
             STORED_LOADERS[1]: (STORED_OURS, lambda w: RecyclingLoader(
-                TarShardDataset(stored_shards, shuffle_buffer=1000, seed=seed, transform=stored_decode_hwc),
+                TarShardDataset(stored_shards, shuffle_buffer=1000, seed=seed, transform=stored_decode_hwc, **keys),
                 batch_size=batch_size, workers=max(1, w), multiprocessing_context="fork")),
             STORED_LOADERS[2]: (STORED_PEER, lambda w: FloatBatches(webdataset_loader(
-                stored_shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=False,
+                stored_shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=with_keys,
                 transform=stored_decode, collation_fn=collate_uint8_batch))),
             STORED_LOADERS[3]: (STORED_PEER, lambda w: FloatBatches(SpdlPipelineLoader(
-                stored_shards, w, batch_size, seed, transform=stored_decode, collate=collate_uint8_batch))),
+                stored_shards, w, batch_size, seed, transform=stored_decode, collate=collate_uint8_batch,
+                with_keys=with_keys))),
         }
 
     return {
-        "JPEG folder": (OURS, lambda w: shuffled(JpegFolderDataset(root, transform=decode_and_resize), w)),
+        "JPEG folder": (OURS, lambda w: shuffled(JpegFolderDataset(root, transform=decode_and_resize, **keys), w)),
         "zip, per-worker handle": (OURS, lambda w: shuffled(zip_dataset(), w)),
         "tar shards (ours)": (OURS, tar),
         "threads, zip": (OURS, lambda w: ThreadLoader(zip_dataset(), batch_size=batch_size, threads=max(1, w),
@@ -106,19 +114,81 @@ def loader_factories(root, shards: list[str], zip_path, batch_size: int = 64, se
         "recycling, tar shards": (OURS, lambda w: RecyclingLoader(tar_dataset(), batch_size=batch_size,
                                                                   workers=max(1, w), multiprocessing_context="fork")),
         "webdataset": (PEER, lambda w: webdataset_loader(
-            shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=False,
+            shards, w, multiprocessing_context=context(w), batch_size=batch_size, with_keys=with_keys,
             transform=decode_and_resize, collation_fn=collate_uint8_images)),
-        "torchdata.nodes, threads": (PEER, lambda w: TorchdataNodesLoader(shards, w, "thread", batch_size, seed)),
+        "torchdata.nodes, threads": (PEER, lambda w: TorchdataNodesLoader(shards, w, "thread", batch_size, seed,
+                                                                         with_keys=with_keys)),
         "torchdata.nodes, processes": (PEER, lambda w: TorchdataNodesLoader(shards, w, "process", batch_size, seed,
-                                                                                     multiprocessing_context="fork")),
-        "SPDL, threads": (PEER, lambda w: SpdlPipelineLoader(shards, w, batch_size, seed)),
+                                                                           multiprocessing_context="fork",
+                                                                           with_keys=with_keys)),
+        "SPDL, threads": (PEER, lambda w: SpdlPipelineLoader(shards, w, batch_size, seed, with_keys=with_keys)),
         "tar shards, uint8 to the consumer": (OURS, lambda w: uint8_tar(w, shards, decode_and_resize)),
         # Their own formats, written once from the same samples in the same order (packlab.loaders.streaming_peers),
         # read with their default (recommended) shuffles: MDS's py1e block shuffle, LitData's chunk + window shuffle.
         "MosaicML Streaming (MDS)": (PEER, lambda w: streaming_peers.mds_loader(
-            streaming_peers.ensure_mds(root), w, batch_size, seed)),
+            streaming_peers.ensure_mds(root), w, batch_size, seed, with_key=with_keys,
+            collate_fn=collate_uint8_images)),
         "LitData": (PEER, lambda w: streaming_peers.litdata_loader(
-            streaming_peers.ensure_litdata(root), w, batch_size, seed)),
+            streaming_peers.ensure_litdata(root), w, batch_size, seed, with_key=with_keys,
+            collate_fn=collate_uint8_images)),
         "tar, per-sample float": (VARIANT, lambda w: tar(w, fast=False)),
         **stored,
     }
+
+
+def crop_factories(original_shards: list[str], stored_shards: list[str], batch_size: int = 64, seed: int = 0,
+                   with_keys: bool = False, dali: bool = True) -> dict:
+    """name -> ``(group, make(workers))``: the training transform's pipelines, all delivering the same kind of batch.
+
+    Every row delivers uint8 224 x 224 random resized crops with their flips
+    (:mod:`packlab.crops`), batches of ``batch_size``, to the training process, which
+    normalises them (on the GPU in a real job):
+
+    * ``crops: standard (originals, Pillow)``: torchvision's transform on Pillow images
+      (:func:`packlab.crops.crop_reference`) of the original JPEGs, in DataLoader workers,
+      batched N x C x H x W;
+    * ``crops: ours (...)``: the course's crop decoder (:func:`packlab.crops.crop_fast`) on
+      the originals, and on ``stored_shards`` (the dataset stored at a maximum side, aspect
+      kept), batched as ``channels_last`` (:func:`packlab.loaders.batching.collate_channels_last`);
+    * ``crops: DALI CPU (...)``: DALI's own pipeline on the same shards
+      (:class:`packlab.loaders.dali_pipeline.DaliLoader`, ``threads = workers``), when DALI
+      is installed and ``dali`` is true.
+
+    The DataLoaders keep their workers (``persistent_workers=True``), as a training job does;
+    each sample's crop comes from ``(seed, epoch, key)``, so every run draws the same crops.
+    """
+    from torch.utils.data import DataLoader
+
+    from packlab.crops import RandomCrops, crop_fast, crop_reference, encoded
+    from packlab.loaders import TarShardDataset
+    from packlab.loaders.batching import collate_channels_last, collate_uint8_hwc_as_chw
+
+    def crops(shard_list, decode, collate, workers):
+        dataset = RandomCrops(TarShardDataset(shard_list, shuffle_buffer=1000, seed=seed, transform=encoded,
+                                              return_key=True), decode=decode, seed=seed, return_key=with_keys)
+        return DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
+                          multiprocessing_context="fork" if workers else None, persistent_workers=workers > 0)
+
+    out = {
+        CROP_ROWS["standard"]: (CROPS_STANDARD, lambda w: crops(original_shards, crop_reference,
+                                                                collate_uint8_hwc_as_chw, w)),
+        CROP_ROWS["ours, originals"]: (CROPS_OURS, lambda w: crops(original_shards, crop_fast, collate_channels_last, w)),
+        CROP_ROWS["ours, stored"]: (CROPS_OURS, lambda w: crops(stored_shards, crop_fast, collate_channels_last, w)),
+    }
+    if dali:
+        from packlab.loaders.dali_pipeline import DaliLoader, dali_status
+
+        if dali_status() is None:
+            out[CROP_ROWS["DALI, originals"]] = (CROPS_PEER, lambda w: DaliLoader(
+                original_shards, "crop", batch_size, threads=max(1, w), seed=seed))
+            out[CROP_ROWS["DALI, stored"]] = (CROPS_PEER, lambda w: DaliLoader(
+                stored_shards, "crop", batch_size, threads=max(1, w), seed=seed))
+    return out
+
+
+#: The names of :func:`crop_factories`' rows.
+CROP_ROWS = {"standard": "crops: standard (originals, Pillow)",
+             "ours, originals": "crops: ours (originals)",
+             "ours, stored": "crops: ours (stored, max side)",
+             "DALI, originals": "crops: DALI CPU (originals)",
+             "DALI, stored": "crops: DALI CPU (stored, max side)"}

@@ -56,30 +56,33 @@ def shard_samples(shards: Sequence[str], seed: int = 0, buffer: int = 1000) -> I
     return Stream()
 
 
-def decode_sample(sample, transform: Callable = decode_and_resize) -> tuple:
-    """An undecoded shard sample to ``(uint8 pixels, label)`` with the course's transform (or ``transform``)."""
-    return transform(sample.image_bytes, sample.source), sample.label
+def decode_sample(sample, transform: Callable = decode_and_resize, with_key: bool = False) -> tuple:
+    """An undecoded shard sample to ``(uint8 pixels, label[, key])`` with the course's transform (or ``transform``)."""
+    image = transform(sample.image_bytes, sample.source)
+    return (image, sample.label, sample.key) if with_key else (image, sample.label)
 
 
-def decode_batch(samples: Sequence) -> list:
-    """A list of undecoded shard samples to the standard ``[images, labels]`` batch (the fast path)."""
-    return collate_uint8_images([decode_sample(s) for s in samples])
+def decode_batch(samples: Sequence, with_key: bool = False) -> list:
+    """A list of undecoded shard samples to the standard ``[images, labels(, keys)]`` batch (the fast path)."""
+    return collate_uint8_images([decode_sample(s, with_key=with_key) for s in samples])
 
 
 class TorchdataNodesLoader:
     """torchdata.nodes: shard stream -> Batcher -> ParallelMapper(decode_batch, thread|process) -> Loader.
 
     Re-iterable: each pass is an epoch (the node graph resets and the stream starts again).
-    ``multiprocessing_context`` is the start method of ``method="process"`` workers.
+    ``multiprocessing_context`` is the start method of ``method="process"`` workers;
+    ``with_keys=True`` adds each batch's keys.
     """
 
     def __init__(self, shards: Sequence[str], workers: int = 2, method: str = "thread", batch_size: int = 64,
-                 seed: int = 0, multiprocessing_context: str | None = None):
+                 seed: int = 0, multiprocessing_context: str | None = None, with_keys: bool = False):
         import torchdata.nodes as tn
 
         mapper = tn.ParallelMapper(
             tn.Batcher(tn.IterableWrapper(shard_samples(shards, seed)), batch_size=batch_size, drop_last=False),
-            map_fn=decode_batch, num_workers=max(1, workers), method=method, in_order=True,
+            map_fn=functools.partial(decode_batch, with_key=with_keys), num_workers=max(1, workers), method=method,
+            in_order=True,
             multiprocessing_context=multiprocessing_context if method == "process" else None,
         )
         self.loader = tn.Loader(mapper)
@@ -97,9 +100,10 @@ class SpdlPipelineLoader:
     """
 
     def __init__(self, shards: Sequence[str], workers: int = 2, batch_size: int = 64, seed: int = 0,
-                 transform: Callable = decode_and_resize, collate: Callable = collate_uint8_images):
+                 transform: Callable = decode_and_resize, collate: Callable = collate_uint8_images,
+                 with_keys: bool = False):
         self.stream, self.workers, self.batch_size = shard_samples(shards, seed), max(1, workers), batch_size
-        self.transform, self.collate = transform, collate
+        self.transform, self.collate, self.with_keys = transform, collate, with_keys
 
     def __iter__(self):
         from spdl.pipeline import PipelineBuilder
@@ -107,7 +111,8 @@ class SpdlPipelineLoader:
         pipeline = (
             PipelineBuilder()
             .add_source(self.stream)
-            .pipe(functools.partial(decode_sample, transform=self.transform), concurrency=self.workers)
+            .pipe(functools.partial(decode_sample, transform=self.transform, with_key=self.with_keys),
+                  concurrency=self.workers)
             .aggregate(self.batch_size)
             .pipe(self.collate)
             .add_sink(2)

@@ -3,11 +3,15 @@
 `python -m packlab.course.benchmark` (what `make bench` runs) measures, in one process
 tree and one run: the decode ceiling of one core and of all cores at once; every loader
 of the course and its modern peers (webdataset, torchdata.nodes, SPDL, MosaicML Streaming, LitData) on the same
-shards with the same transform and batch size, three epochs each, interleaved; the
-worker-count sweep of the course's loaders; the small-file penalty; and any extra
-section registered in :data:`SECTIONS`. It prints a table and writes
-``_build/bench/bench.json`` and ``_build/bench/bench.png``. ``--quick`` runs the same on
-a few hundred images, to check that everything runs.
+shards with the same transform and batch size, three epochs each, interleaved, every
+epoch audited (every key exactly once, with its label); the worker-count sweep of the
+course's loaders; the head-to-head comparisons behind its headline ratios, each in
+counterbalanced rounds from steady state with :func:`packlab.bench.compare`'s verdict
+(:mod:`packlab.course.benchmark.training`: the training transform, the stored copies, each
+loader against its own ceiling, DALI); the small-file penalty; and any extra section
+registered in :data:`SECTIONS`. It prints a table and writes ``_build/bench/bench.json``
+and ``_build/bench/bench.png``. ``--quick`` runs the same on a few hundred images, to
+check that everything runs.
 """
 
 from __future__ import annotations
@@ -28,12 +32,26 @@ from packlab.ceiling import (
     timed_epoch,
     where_the_time_goes,
 )
+from packlab.course.benchmark.training import (
+    GOALS_OF_THE_SAME_WORK,
+    MAX_SIDES,
+    ROUNDS,
+    TRAINING_FORM_ARGS,
+    KeyRecorder,
+    crops_section,
+    format_crops,
+    goal_verdict,
+    head_to_head,
+    storage_rows,
+    verdict_words,
+)
 from packlab.loaders.lineup import OURS, PEER, STORED_LOADERS, STORED_OURS, STORED_PEER, SWEPT, loader_factories
 from packlab.small_files import shard_size_for, small_file_penalty
 
 
-#: What the benchmark aims for; where a goal is missed, bench.json records what limits it.
-GOALS = {"best_vs_ceiling": 0.90, "ours_vs_best_peer": 1.15}
+#: What the benchmark aims for; where a goal is missed, bench.json records what limits it. A goal counts as
+#: reached only where the head-to-head runs clear it (training.goal_verdict), not on a median alone.
+GOALS = {"best_vs_ceiling": 0.90, "ours_vs_best_peer": 1.15, **GOALS_OF_THE_SAME_WORK}
 
 
 def _small_files_section(root=None, quick: bool = False, log: Callable[[str], None] = print) -> dict:
@@ -104,43 +122,48 @@ SECTIONS["gpu"] = _gpu_section
 STORED_FORM_ARGS = {"size": 256, "quality": 90, "subsampling": "4:2:0"}
 
 
-def _stored_shards(root, shards) -> list:
-    """The benchmark's shards re-encoded for training (:mod:`packlab.reencode`), written once and reused."""
+def _stored_shards(root, shards, form_args: dict | None = None) -> list:
+    """The benchmark's shards re-encoded (:mod:`packlab.reencode`; default :data:`STORED_FORM_ARGS`), written once."""
     from packlab import paths, reencode
 
-    form = reencode.StoredFormat(**STORED_FORM_ARGS)
+    form = reencode.StoredFormat(**(form_args or STORED_FORM_ARGS))
     folder = reencode.stored_folder(shards, form, paths.packed_dir(root) / "stored")
     stored, _ = reencode.write_stored_shards(shards, folder, form)
     return stored
 
 
-def _past_the_ceiling(rows: list[dict], parallel_ceiling: float, root, shards, stored, manifest,
-                      images: int = 500) -> dict:
-    """``fastest_vs_full_decode_ceiling`` and what stands beside it: storage ratio, pixel error, the best stored peer."""
+def _stored_facts(root, shards, stored, manifest, form_args: dict, images: int = 500) -> dict:
+    """Bytes of a stored copy against the originals', and its pixel error against the standard transform (squash)."""
     from packlab import data, reencode
     from packlab.decode import stored_decode
     from packlab.transforms import decode_and_resize
 
-    ours = [r for r in rows if r["group"] == STORED_OURS]
-    peers = [r for r in rows if r["group"] == STORED_PEER]
     original_bytes = sum(s.bytes for s in manifest)
     stored_bytes = reencode.total_bytes(stored)
-    reference = {s.key: decode_and_resize(data.image_path(s.key, root).read_bytes()) for s in manifest[:images]}
-    error = reencode.stored_pixel_error(stored, reference, stored_decode)
-    out: dict = {"format": reencode.StoredFormat(**STORED_FORM_ARGS).name, "original_jpeg_bytes": original_bytes,
-                 "stored_bytes": stored_bytes, "storage_ratio": stored_bytes / original_bytes,
-                 "tar_shard_bytes": reencode.total_bytes(shards), "pixel_error": error,
-                 "parallel_ceiling": parallel_ceiling}
-    if ours:
-        best = max(ours, key=lambda r: r["median_images_per_s"])
-        out.update(pipeline=best["loader"], median_images_per_s=best["median_images_per_s"],
-                   min_images_per_s=best["min_images_per_s"], max_images_per_s=best["max_images_per_s"],
-                   fastest_vs_full_decode_ceiling=best["median_images_per_s"] / parallel_ceiling
-                   if out["storage_ratio"] <= 1.0 else None)
-        if peers:
-            peer = max(peers, key=lambda r: r["median_images_per_s"])
-            out.update(best_stored_peer=peer["loader"], ours_vs_best_stored_peer=best["median_images_per_s"]
-                       / peer["median_images_per_s"])
+    out = {"format": reencode.StoredFormat(**form_args).name, "original_jpeg_bytes": original_bytes,
+           "stored_bytes": stored_bytes, "storage_ratio": stored_bytes / original_bytes,
+           "tar_shard_bytes": reencode.total_bytes(shards)}
+    if form_args.get("fit", "square") == "square":
+        reference = {s.key: decode_and_resize(data.image_path(s.key, root).read_bytes()) for s in manifest[:images]}
+        out["pixel_error"] = reencode.stored_pixel_error(stored, reference, stored_decode)
+    return out
+
+
+def _verdict_headline(factories: dict, ours: str, peer: str | None, ceiling_name: str, ceiling, manifest,
+                      cores: int, log) -> dict:
+    """Head to head, from steady state, ``ROUNDS`` counterbalanced rounds: ``ours``, ``peer`` and a ceiling, audited."""
+    loaders = {ours: factories[ours][1](cores)}
+    if peer is not None:
+        loaders[peer] = factories[peer][1](cores)
+    measured = head_to_head(loaders, {ceiling_name: ceiling}, cores, manifest, rounds=ROUNDS, log=log)
+    spreads = measured["spreads"]
+    out = {"rows": measured["rows"], "rounds": ROUNDS, "ours": ours, "peer": peer, "ceiling": ceiling_name,
+           "ours_vs_own_ceiling": spreads[ours].median / spreads[ceiling_name].median,
+           "ours_vs_own_ceiling_verdict": verdict_words(spreads[ours], spreads[ceiling_name], ours, "its ceiling")}
+    if peer is not None:
+        out["ours_vs_peer"] = spreads[ours].median / spreads[peer].median
+        out["ours_vs_peer_verdict"] = verdict_words(spreads[ours], spreads[peer], ours, peer)
+    out["spreads"] = spreads
     return out
 
 
@@ -180,14 +203,17 @@ SECTIONS["streaming_audit"] = _streaming_audit_section
 
 
 def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel_ceiling: float, cores: int) -> dict:
-    """One loader's epochs: median, range, and where the time went in its median epoch."""
+    """One loader's epochs: median, range, the audit of each epoch, and where the time went in its median epoch."""
     rates = [e["images_per_s"] for e in epochs]
+    failures = [e["audit"] for e in epochs if e["audit"] != "ok"]
     median_epoch = sorted(epochs, key=lambda e: e["images_per_s"])[(len(epochs) - 1) // 2]
     median = statistics.median(rates)
     return {
         "loader": name, "group": group, "workers": workers,
         "median_images_per_s": median, "min_images_per_s": min(rates), "max_images_per_s": max(rates),
         "vs_parallel_ceiling": median / parallel_ceiling,
+        "audit": (f"ok: every key exactly once with its label, in each of {len(epochs)} epochs" if not failures
+                  else "FAILED: " + failures[0]),
         "epochs": epochs,
         "where_the_time_goes": where_the_time_goes(median_epoch, parallel_ceiling, cores),
     }
@@ -242,28 +268,33 @@ def run_benchmark(
     none with ``quick``), then every section of :data:`SECTIONS` (``sections``: a
     subset). Keys of ``bench.json``:
 
-    * ``ceiling_images_per_s_per_core``: decode + standard transform in memory, one process;
-      ``parallel_ceiling``: ``cores`` processes doing that at once (:func:`measure_parallel_ceiling`);
-    * ``loaders``: per loader the epochs, median, min and max images/s, and
-      :func:`where_the_time_goes` in its median epoch;
-    * ``best_vs_ceiling``: our best loader's median / the parallel ceiling;
-      ``ours_vs_best_peer``: our best / the best peer's (webdataset, torchdata.nodes, SPDL, MosaicML Streaming, LitData);
-    * ``goals``: each ratio against :data:`GOALS`; a goal not reached carries ``limit``,
-      the time accounting that says what held the loader back;
+    * ``ceiling_images_per_s_per_core``: the standard loaders' per-image work (decode, resize,
+      conversion into a batch buffer already mapped) in memory, one process; ``parallel_ceiling``:
+      ``cores`` processes doing that at once (:func:`measure_parallel_ceiling`);
+    * ``loaders``: per loader the epochs, median, min and max images/s, its audit (every epoch:
+      every key exactly once, with its label) and :func:`where_the_time_goes` in its median epoch;
+    * ``headlines``: the head-to-head runs behind the headline ratios, ``ROUNDS`` counterbalanced
+      rounds each from steady state, every epoch audited: our best loader, the best peer and the
+      standard ceiling (``peers``); the best stored-JPEG loader of ours, the best stored peer and
+      their own ceiling (``stored``);
+    * ``training_crops``: the training transform (:mod:`packlab.course.benchmark.training`):
+      the standard pipeline, ours, DALI's CPU pipeline, and each one's own ceiling;
+    * ``storage``: bytes, decode cost and pixel error (the same crops) of each stored form;
+    * ``best_vs_ceiling``, ``ours_vs_best_peer`` and ``goals``: each goal of :data:`GOALS` with the
+      verdict of its head-to-head runs (:func:`goal_verdict`: reached only where the runs clear
+      it); a goal not reached carries ``limit``, what held the loader back;
     * ``batch_memory``: filling a batch in fresh against reused memory (per image);
-    * ``ratios``: between loaders (ours against webdataset, what batching, threads, recycling and
-      a uint8 hand-over buy) and ``fastest_vs_full_decode_ceiling``: the fastest of our loaders of
-      the dataset re-encoded at 256 x 256 (:data:`STORED_FORM_ARGS`, storage no larger than
-      the original JPEGs) / the parallel ceiling of decoding the originals;
-    * ``past_the_ceiling``: that pipeline, its storage ratio to the original JPEG bytes, its
-      pixel error (PSNR against the standard transform, on 500 images) and the best stored peer;
+    * ``ratios``: ratios of the same work, each with its verdict in ``ratio_verdicts``:
+      ``training_pipeline_speedup``, ``stored_loader_vs_stored_ceiling`` and every loader against
+      its own ceiling, ``ours_vs_dali_cpu``, the decode-cost ratio of each stored form, and the
+      older ratios between loaders of the full table (medians of three epochs, no verdict);
     * ``gpu``: nvJPEG and the CUDA prefetcher when there is a GPU (otherwise why not).
     """
     import json
     import platform
     from pathlib import Path
 
-    from packlab import data, pack, paths
+    from packlab import audit, data, pack, paths
 
     cores = data.available_cores()
     out_dir = Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
@@ -276,7 +307,8 @@ def run_benchmark(
         "machine": {"cores": cores, "python": platform.python_version(), "torch": torch.__version__,
                     "load_average_before": _load_average()},
         "images": len(manifest),
-        "settings": {"epochs": epochs, "workers": cores, "batch_size": 64, "quick": quick,
+        # --quick reads a few hundred images: batches of 16 keep several batches per worker in an epoch.
+        "settings": {"epochs": epochs, "workers": cores, "batch_size": 16 if quick else 64, "quick": quick,
                      "ceiling_images": min(ceiling_images, len(manifest))},
         "goals_set": GOALS,
     }
@@ -286,17 +318,19 @@ def run_benchmark(
                                                        root=root, progress=False)]
     zip_path = pack.ensure_zip(root=root, progress=False)
     stored = None
-    if loaders is None or set(loaders) & set(STORED_LOADERS):
+    if loaders is None or set(loaders) & set(STORED_LOADERS) or training_rows_wanted(loaders):
         log("re-encoding the shards at 256 x 256 for the stored-JPEG loaders (once; reused afterwards)")
         stored = [str(p) for p in _stored_shards(root, shards)]
-    factories = loader_factories(root, shards, zip_path, stored_shards=stored)
+    batch_size = results["settings"]["batch_size"]
+    factories = loader_factories(root, shards, zip_path, batch_size=batch_size, stored_shards=stored, with_keys=True)
     if loaders is not None:
-        unknown = set(loaders) - set(factories)
+        wanted = [name for name in loaders if not name.startswith("crops")]  # "crops": the training-crop section
+        unknown = set(wanted) - set(factories)
         if unknown:
-            raise ValueError(f"unknown loaders {sorted(unknown)}; known: {list(factories)}")
-        factories = {name: factories[name] for name in loaders}
+            raise ValueError(f"unknown loaders {sorted(unknown)}; known: {list(factories)} and 'crops'")
+        factories = {name: factories[name] for name in wanted}
     log(f"{len(manifest):,} images, {len(shards)} shards, {cores} cores; {len(factories)} loaders x {epochs} epochs, "
-        "interleaved, each turn after the two decode ceilings")
+        "interleaved, each turn after the two decode ceilings; every epoch audited")
 
     # 2 x cores workers is one of the measured settings; torch's warning about it says nothing new here.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -310,10 +344,14 @@ def run_benchmark(
             parallel.append(measure_parallel_ceiling(encoded, cores))
             log(f"turn {turn + 1}/{epochs}: decode ceiling {single[-1]:.0f} images/s on one core, "
                 f"{parallel[-1]:.0f} on {cores} at once")
-            for name in names[turn % len(names):] + names[: turn % len(names)]:
-                epoch = timed_epoch(made[name], name)
+            start = turn % len(names) if names else 0
+            for name in names[start:] + names[:start]:
+                recorder = KeyRecorder()
+                epoch = timed_epoch(made[name], name, on_batch=recorder)
+                report = audit.audit_epoch(recorder.records, manifest)
+                epoch["audit"] = "ok" if report.ok else report.summary()
                 epochs_of[name].append(epoch)
-                log(f"  {name:28s} {epoch['images_per_s']:7.0f} images/s")
+                log(f"  {name:28s} {epoch['images_per_s']:7.0f} images/s" + ("" if report.ok else "  AUDIT FAILED"))
         del made
         ceiling, parallel_ceiling = statistics.median(single), statistics.median(parallel)
         results.update(ceiling_images_per_s_per_core=ceiling, ceiling_runs=single,
@@ -329,22 +367,34 @@ def run_benchmark(
                 sweep.append({"loader": name, "workers": workers, **epoch})
                 log(f"  sweep {name:22s} workers={workers}: {epoch['images_per_s']:7.0f} images/s")
         results["sweep"] = sweep
+        results["headlines"] = _headlines(rows, factories, encoded, stored, manifest, cores, log)
+        if stored is not None and (loaders is None or training_rows_wanted(loaders)):
+            log("re-encoding the shards at a maximum side of 320 px, aspect kept, for the training crops (once)")
+            train_stored = [str(p) for p in _stored_shards(root, shards, TRAINING_FORM_ARGS)]
+            results["training_crops"] = crops_section(root, shards, train_stored, manifest, cores,
+                                                      share=1.0 if quick else 0.5, batch_size=batch_size,
+                                                      ceiling_images=min(ceiling_images, 1000), log=log)
+            results["training_crops"]["stored"] = _stored_facts(root, shards, train_stored, manifest,
+                                                                TRAINING_FORM_ARGS)
+            log("stored forms: bytes, decode cost of a 224 crop on one core, pixel error of the same crops")
+            from packlab.reencode import StoredFormat
+
+            forms = [StoredFormat(**STORED_FORM_ARGS)] + [StoredFormat(side, 90, "4:2:0", "max side")
+                                                         for side in MAX_SIDES]
+            results["storage"] = storage_rows(root, shards, forms, manifest[: min(len(manifest), 2000)][::30])
     results["batch_memory"] = batch_memory_seconds()
-    results.update(_goals(rows, parallel_ceiling))
-    results["ratios"] = _ratios(rows)
+    results.update(_goals(results, parallel_ceiling))
+    results["ratios"], results["ratio_verdicts"] = _ratios(rows, results)
     if stored is not None:
-        past = _past_the_ceiling(rows, parallel_ceiling, root, shards, stored, manifest)
-        results["past_the_ceiling"] = past
-        if past.get("fastest_vs_full_decode_ceiling") is not None:
-            results["ratios"]["fastest_vs_full_decode_ceiling"] = past["fastest_vs_full_decode_ceiling"]
-        if "ours_vs_best_stored_peer" in past:
-            results["ratios"]["stored_ours_vs_best_stored_peer"] = past["ours_vs_best_stored_peer"]
+        results["stored_squash"] = _stored_facts(root, shards, stored, manifest, STORED_FORM_ARGS)
 
     for name, section in SECTIONS.items():
         if sections is None or name in sections:
             results[name] = section(root=root, quick=quick, log=log)
     results["machine"]["load_average_after"] = _load_average()
     results["wall_seconds"] = time.perf_counter() - started
+    for head in results.get("headlines", {}).values():
+        head.pop("spreads", None)  # Spread objects: their runs are in the rows already
 
     (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
     _plot_benchmark(results).savefig(out_dir / "bench.png", dpi=120)
@@ -354,56 +404,108 @@ def run_benchmark(
     return results
 
 
-def _goals(rows: list[dict], parallel_ceiling: float) -> dict:
-    """``best_vs_ceiling``, ``ours_vs_best_peer`` and ``goals`` (each with its limit when missed)."""
+def training_rows_wanted(loaders: Sequence[str]) -> bool:
+    """Whether a ``--loaders`` selection asks for the training-crop section (any name starting ``crops``)."""
+    return any(name.startswith("crops") for name in loaders)
+
+
+def _headlines(rows: list[dict], factories: dict, encoded, stored, manifest, cores: int, log) -> dict:
+    """The head-to-head runs behind ``ours_vs_best_peer``, ``best_vs_ceiling`` and the stored loaders' ratios."""
+    from packlab.ceiling import standard_work
 
     def best(group):
         members = [r for r in rows if r["group"] == group]
-        return max(members, key=lambda r: r["median_images_per_s"]) if members else None
+        return max(members, key=lambda r: r["median_images_per_s"])["loader"] if members else None
 
+    out: dict = {}
     ours, peer = best(OURS), best(PEER)
-    out: dict = {"best_vs_ceiling": None, "ours_vs_best_peer": None, "goals": {}}
-    if ours is None:
-        return out
-    out["best_vs_ceiling"] = ours["median_images_per_s"] / parallel_ceiling
-    reached = out["best_vs_ceiling"] >= GOALS["best_vs_ceiling"]
-    out["goals"]["best_vs_ceiling"] = {
-        "goal": GOALS["best_vs_ceiling"], "measured": out["best_vs_ceiling"], "reached": reached,
-        "ours": ours["loader"], "limit": None if reached else ours["where_the_time_goes"],
-    }
-    if peer is not None:
-        out["ours_vs_best_peer"] = ours["median_images_per_s"] / peer["median_images_per_s"]
-        reached = out["ours_vs_best_peer"] >= GOALS["ours_vs_best_peer"]
-        out["goals"]["ours_vs_best_peer"] = {
-            "goal": GOALS["ours_vs_best_peer"], "measured": out["ours_vs_best_peer"], "reached": reached,
-            "ours": ours["loader"], "peer": peer["loader"],
-            # The course's verdict rule (bench.compare) on the two loaders' epochs: 1, 0 or -1.
-            "compare": _compare_rows(ours, peer),
-            "epochs_each": min(len(ours["epochs"]), len(peer["epochs"])),
-            "limit": None if reached else {"ours": ours["where_the_time_goes"], "peer": peer["where_the_time_goes"]},
-        }
+    if ours is not None:
+        log(f"head to head, {ROUNDS} counterbalanced rounds from steady state: {ours}, {peer}, the standard ceiling")
+        transform, write, shape, dtype = standard_work()
+        ceiling = lambda: measure_parallel_ceiling(encoded, cores, transform, write, shape, dtype)  # noqa: E731
+        out["peers"] = _verdict_headline(factories, ours, peer, "ceiling: standard work", ceiling, manifest, cores, log)
+    stored_ours, stored_peer = best(STORED_OURS), best(STORED_PEER)
+    if stored is not None and stored_ours is not None:
+        from packlab.course.benchmark.training import shard_items
+        from packlab.decode import stored_decode_hwc
+        from packlab.transforms import IMAGE_SIZE, to_tensor
+
+        items = [blob for blob, _ in shard_items(stored, len(encoded))]
+        log(f"head to head: {stored_ours}, {stored_peer}, the ceiling of their own work (stored 256 px JPEGs)")
+
+        def write(pixels, out):
+            to_tensor(pixels, out=out)
+
+        ceiling = lambda: measure_parallel_ceiling(items, cores, stored_decode_hwc, write,  # noqa: E731
+                                                   (64, 3, IMAGE_SIZE, IMAGE_SIZE), torch.float32)
+        out["stored"] = _verdict_headline(factories, stored_ours, stored_peer, "ceiling: stored 256 px JPEG work",
+                                          ceiling, manifest, cores, log)
     return out
 
 
-def _compare_rows(a: dict, b: dict) -> int:
-    """:func:`packlab.bench.compare` on two rows' epoch rates: 1 if ``a`` is clearly faster, -1 clearly slower, 0 unclear."""
-    from packlab.bench import Spread, compare
+def _goals(results: dict, parallel_ceiling: float) -> dict:
+    """``best_vs_ceiling``, ``ours_vs_best_peer`` and ``goals``: each with its head-to-head verdict, and its limit when missed."""
+    rows = {r["loader"]: r for r in results["loaders"]}
+    out: dict = {"best_vs_ceiling": None, "ours_vs_best_peer": None, "goals": {}}
+    peers = results.get("headlines", {}).get("peers")
+    if peers is not None:
+        spreads, ours, peer = peers["spreads"], peers["ours"], peers["peer"]
+        goal = goal_verdict(spreads[ours], spreads[peers["ceiling"]], GOALS["best_vs_ceiling"])
+        out["best_vs_ceiling"] = goal["measured"]
+        out["goals"]["best_vs_ceiling"] = {**goal, "ours": ours, "rounds": ROUNDS,
+                                           "limit": None if goal["reached"] else rows[ours]["where_the_time_goes"]}
+        if peer is not None:
+            goal = goal_verdict(spreads[ours], spreads[peer], GOALS["ours_vs_best_peer"])
+            out["ours_vs_best_peer"] = goal["measured"]
+            out["goals"]["ours_vs_best_peer"] = {
+                **goal, "ours": ours, "peer": peer, "rounds": ROUNDS,
+                "limit": None if goal["reached"] else {"ours": rows[ours]["where_the_time_goes"],
+                                                       "peer": rows[peer]["where_the_time_goes"]}}
+    crops = results.get("training_crops")
+    if crops is not None:
+        for name in GOALS_OF_THE_SAME_WORK:
+            goal = crops[f"goal_{name}"]
+            out["goals"][name] = {**goal, "rounds": crops["rounds"], "limit": None}
+    for goal in out["goals"].values():
+        goal.pop("spreads", None)
+    return out
 
-    return compare(Spread.of(e["images_per_s"] for e in a["epochs"]), Spread.of(e["images_per_s"] for e in b["epochs"]))
 
-
-def _ratios(rows: list[dict]) -> dict:
-    """Ratios between loaders that each answer a question (each loader's ratio to the ceiling is in its row)."""
+def _ratios(rows: list[dict], results: dict) -> tuple[dict, dict]:
+    """The ratios of the same work, with their verdicts, and the full table's ratios between loaders (no verdict)."""
+    ratios, verdicts = {}, {}
+    crops = results.get("training_crops")
+    if crops is not None:
+        for key, value in crops["ratios"].items():
+            ratios[key] = value
+            verdicts[key] = crops["verdicts"].get(key, "")
+    for which in ("peers", "stored"):
+        head = results.get("headlines", {}).get(which)
+        if head is None:
+            continue
+        key = f"{head['ours']} vs own ceiling"
+        ratios[key], verdicts[key] = head["ours_vs_own_ceiling"], head["ours_vs_own_ceiling_verdict"]
+        if head.get("peer") is not None:
+            key = "ours_vs_best_peer" if which == "peers" else "stored_ours_vs_best_stored_peer"
+            ratios[key], verdicts[key] = head["ours_vs_peer"], head["ours_vs_peer_verdict"]
+    storage = results.get("storage")
+    if storage is not None:
+        for name, row in storage["rows"].items():
+            if not name.startswith("originals"):
+                key = f"decode_cost_ratio: {name}"
+                ratios[key] = row["decode_cost_ratio"]
+                verdicts[key] = {1: "clearly cheaper than the originals' standard crop", -1: "clearly dearer",
+                                 0: "no clear difference"}[row["compare_vs_standard"]]
     median = {r["loader"]: r["median_images_per_s"] for r in rows}
-    out = {}
     for ratio, (a, b) in {"tar_vs_webdataset": ("tar shards (ours)", "webdataset"),
                           "batching_gain": ("tar shards (ours)", "tar, per-sample float"),
                           "recycling_vs_dataloader_tar": ("recycling, tar shards", "tar shards (ours)"),
                           "threads_vs_dataloader_tar": ("threads, tar shards", "tar shards (ours)"),
                           "uint8_crossing_vs_float_tar": ("tar shards, uint8 to the consumer", "tar shards (ours)")}.items():
         if a in median and b in median:
-            out[ratio] = median[a] / median[b]
-    return out
+            ratios[ratio] = median[a] / median[b]
+            verdicts[ratio] = "medians of the full table's three epochs: no verdict"
+    return ratios, verdicts
 
 
 def _plot_benchmark(results: dict):
@@ -414,6 +516,9 @@ def _plot_benchmark(results: dict):
     cores, rows = results["machine"]["cores"], results["loaders"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.9 + 0.45 * max(8, len(rows))),
                                       gridspec_kw={"width_ratios": [3, 2]})
+    if not rows:  # a run of the training-crop section alone (--loaders crops)
+        fig.tight_layout()
+        return fig
     ordered = sorted(rows, key=lambda r: -r["median_images_per_s"])
     plots.plot_rates_with_ranges(
         [{"name": r["loader"], "median": r["median_images_per_s"], "low": r["min_images_per_s"],
@@ -446,7 +551,7 @@ def format_benchmark(results: dict) -> str:
     """The benchmark's results as plain text: the loaders' table, the ceilings, the goals and what limits them."""
     cores = results["machine"]["cores"]
     rows = sorted(results["loaders"], key=lambda r: -r["median_images_per_s"])
-    width = max(len(r["loader"]) for r in rows)
+    width = max([len("loader")] + [len(r["loader"]) for r in rows])
     lines = [f"images/s, full epochs of {results['images']:,} images at {cores} workers "
              f"(median of {results['settings']['epochs']}, start-up included)",
              f"{'loader'.ljust(width)}  {'group':8} {'median':>7} {'min-max':>11} {'/ceiling':>8}"]
@@ -463,33 +568,48 @@ def format_benchmark(results: dict) -> str:
                  "reused private {:.2f}, reused shared {:.2f}".format(
                      *(memory[f"{k}_s_per_image"] * 1e3 for k in ("fresh_shared", "fresh_private", "reused",
                                                                   "reused_shared"))))
+    lines.append(f"audits: " + ("every row's every epoch OK (every key exactly once, with its label)"
+                                if all(r["audit"].startswith("ok") for r in rows)
+                                else "FAILED: " + ", ".join(r["loader"] for r in rows if not r["audit"].startswith("ok"))))
+    for which, head in results.get("headlines", {}).items():
+        lines.append(f"head to head ({which}), steady state, {head['rounds']} counterbalanced rounds, every epoch audited:")
+        for name, row in head["rows"].items():
+            first = f", first batch {row['first_batch_seconds']:.2f} s" if "first_batch_seconds" in row else ""
+            lines.append(f"  {name:40s} {row['median_images_per_s']:7.0f} ({row['min_images_per_s']:.0f}-"
+                         f"{row['max_images_per_s']:.0f}){first}" + (f"; audit {row['audit']}" if "audit" in row else ""))
+        lines.append(f"  {head['ours']} vs its own ceiling = {head['ours_vs_own_ceiling']:.2f}: "
+                     f"{head['ours_vs_own_ceiling_verdict']}")
+        if head.get("peer") is not None:
+            lines.append(f"  ours vs peer = {head['ours_vs_peer']:.2f}: {head['ours_vs_peer_verdict']}")
+    if results.get("training_crops"):
+        from packlab.course.benchmark.training import format_crops
+
+        lines += format_crops(results["training_crops"])
+        stored = results["training_crops"]["stored"]
+        lines.append(f"  stored as {stored['format']}: {stored['storage_ratio']:.2f} x the original JPEG bytes")
+    storage = results.get("storage")
+    if storage:
+        lines.append(f"stored forms, a 224 crop per image on one core ({storage['images']} images, "
+                     f"{ROUNDS} interleaved rounds; PSNR of the same crops against the standard crop of the original):")
+        for name, row in storage["rows"].items():
+            psnr = "identical" if row["psnr_db"] == float("inf") else f"{row['psnr_db']:.1f} dB"
+            lines.append(f"  {name:42s} {row['median_us']:6.0f} µs, {row['kb_per_image']:6.1f} kB "
+                         f"({row['bytes_vs_original']:.2f} x), decode-cost ratio {row['decode_cost_ratio']:.2f}, {psnr}")
     for name, goal in results["goals"].items():
-        who = goal["ours"] + (f" / {goal['peer']}" if "peer" in goal else "")
-        lines.append(f"{name} = {goal['measured']:.2f} ({who}); goal {goal['goal']:.2f}: "
-                     + ("reached" if goal["reached"] else "not reached"))
-        if goal.get("compare") == 0:
-            lines.append(f"  no clear difference between the two by the course's rule (bench.compare) over "
-                         f"{goal['epochs_each']} epochs each"
-                         + (" (it needs at least 5 rounds each to call any difference clear)"
-                            if goal["epochs_each"] < 5 else ""))
-        elif "compare" in goal:
-            lines.append(f"  {goal['ours']} is clearly {'faster' if goal['compare'] > 0 else 'slower'} "
-                         "by the course's rule (bench.compare)")
-        limit = goal["limit"]
+        lines.append(f"{name} = {goal['measured']:.2f}; goal {goal['goal']:.2f}: {goal['words']} "
+                     f"({goal['rounds']} counterbalanced rounds each, bench.compare)")
+        limit = goal.get("limit")
         if limit:
             for who, part in ({"ours": limit} if "limited_by" in limit else limit).items():
                 lines.append(f"  limit ({who}): {part['limited_by']}")
-    lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items()))
-    past = results.get("past_the_ceiling")
-    if past and "pipeline" in past:
-        ratio = past.get("fastest_vs_full_decode_ceiling")
-        lines.append(
-            f"past the decode ceiling: {past['pipeline']} {past['median_images_per_s']:.0f} images/s = "
-            + (f"{ratio:.2f}" if ratio is not None else "(not counted: storage above the JPEGs')")
-            + f" x the parallel ceiling {past['parallel_ceiling']:.0f}; stored as {past['format']}, "
-            f"{past['storage_ratio']:.2f} x the original JPEG bytes; pixel error against the standard transform "
-            f"PSNR {past['pixel_error']['psnr_db']:.1f} dB (largest difference {past['pixel_error']['largest_difference']} "
-            f"levels, {past['pixel_error']['images']} images)")
+    lines.append("ratios (verdict):")
+    for key, value in results["ratios"].items():
+        lines.append(f"  {key} = {value:.2f} ({results['ratio_verdicts'].get(key, '')})")
+    squash = results.get("stored_squash")
+    if squash and "pixel_error" in squash:
+        lines.append(f"stored as {squash['format']}: {squash['storage_ratio']:.2f} x the original JPEG bytes; PSNR "
+                     f"{squash['pixel_error']['psnr_db']:.1f} dB against the standard transform "
+                     f"({squash['pixel_error']['images']} images)")
     small = results.get("small_files")
     if small:
         lines.append(f"small files ({small['workers']} workers, no decode), files/s under the model "

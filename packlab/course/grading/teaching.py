@@ -142,8 +142,12 @@ NUDGES: dict[str, dict[str, str]] = {
         "transform_uint8": "chapter 11: which type do the pixels need to be before anyone computes with them?",
         "resize_uint8": "resize while the image is still small and in bytes: what does a float resize cost?",
         "reduced_decode": "a JPEG can be decoded straight to a smaller size: the decoder need not make every pixel",
+        "resize_speed": "chapter 11 timed three resizes of the same images: which was the cheapest?",
+        "timing": "a fast path has to be fast where it matters: on the large JPEGs, what does the decoder still do?",
         "collate_uint8": "what crosses from a worker to the training process, and how many bytes per pixel?",
+        "collate_shared": "chapter 8: where must a batch made in a worker live so that it crosses without a copy?",
         "normalise_once": "one conversion to float, then the per-channel normalisation, all in the consumer",
+        "normalise_constants": "the mean and std are the same for every batch: how often do they need making?",
         "audit": "the three pieces together must still give every sample once, as the standard transform would",
     },
     "resumable_reader": {
@@ -157,6 +161,16 @@ NUDGES: dict[str, dict[str, str]] = {
                       "set_epoch?",
         "other_epoch": "a position in epoch 0 says nothing about epoch 1: how would the reader know which it holds?",
         "sigterm_group": "chapter 12: when the scheduler signals every process of the job, who should decide to stop?",
+    },
+    "interleaved_shuffle": {
+        "one_process": "each shard is a stream of samples: which helper reads one, and through which opener?",
+        "two_workers": "every worker runs __iter__ on its own copy: which part of this epoch's shard order is its own?",
+        "open_shards": "an open shard costs a handle, not its samples: how many may be open, and when does the next one open?",
+        "bounded_buffer": "a buffer that yields as it reads holds a fixed number of samples: does yours wait for the end?",
+        "epochs": "which numbers may decide the order, so that any process gets the same one, and a new epoch another?",
+        "persistent_workers": "chapter 5: what reaches a worker that keeps its first copy of the dataset?",
+        "mixing": "neighbouring samples from one shard share a class here: where should each next sample come from?",
+        "accuracy": "chapter 13: what happens to a model that sees one class for a long stretch?",
     },
 }
 

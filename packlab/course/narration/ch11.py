@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 
 from packlab.bench import Spread, compare, markdown_table, ratio_words
+from packlab.course.prose import provides_figures
 
 
 def percent(share: float) -> str:
@@ -70,15 +71,100 @@ def rate_words(a: Spread, b: Spread, than: str | None = None) -> str:
     return f"not clearly faster or slower than {than}" if words == "no clear difference" else f"{words} than {than}"
 
 
-def pays_sentence(a: Spread, b: Spread, what: str) -> str:
-    """Whether a change paid, end to end: ``a`` (with it) against ``b`` (without), both images/s."""
+def pays_sentence(a: Spread, b: Spread, what: str, conversion_us: float | None = None, cores: int | None = None) -> str:
+    """Whether a change paid, end to end: ``a`` (with it) against ``b`` (without), both images/s.
+
+    ``conversion_us``, the measured cost per image of the conversion the change moves into
+    the training process, and ``cores``, the cores the workers and that process share,
+    explain a null result with numbers instead of a guess.
+    """
     verdict = compare(a, b)
     if verdict > 0:
         return f"{what} paid here: {ratio_words(a, b)} end to end"
     if verdict < 0:
         return f"{what} cost here: {ratio_words(a, b)} end to end"
-    return (f"{what} made no clear difference end to end here; on this two-core machine the conversion it moves "
-            "into the training process still needs one of the same two cores")
+    text = f"{what} made no clear difference end to end here"
+    if conversion_us is not None and cores is not None:
+        text += (f"; the conversion it moves into the training process measured {conversion_us:.0f} µs per image on "
+                 f"its own, and that process shares the machine's {cores} cores with the workers, so what the "
+                 "workers save the training process spends")
+    return text
+
+
+def first_batch_columns(epochs: Mapping[str, list]) -> dict:
+    """Extra table columns from :func:`packlab.steady.steady_rates`' epochs: first-batch time and start-up share."""
+    out = {}
+    for name, runs in epochs.items():
+        if runs:
+            first = sorted(e.first_batch_seconds for e in runs)[len(runs) // 2]
+            share = max(e.startup_share for e in runs)
+            out[name] = {"first batch, median (s)": f"{first:.2f}", "start-up share, at most": percent(share)}
+    return out
+
+
+def roi_sentence(crop_runs: Mapping[str, Mapping[str, Spread]], reference: str, roi: str, why_not: str | None) -> str:
+    """What the crop-aware (window) decode bought on each input, or why it did not run."""
+    if why_not is not None:
+        return f"The crop-aware decode did not run here ({why_not})."
+    small = cost_words(crop_runs["originals"][roi], crop_runs["originals"][reference], "the standard")
+    large = cost_words(crop_runs["4x larger"][roi], crop_runs["4x larger"][reference], "the standard")
+    return (f"Decoding only the window {small} on the originals and {large} on the large copies: it skips the "
+            "inverse transform, upsampling and colour conversion outside the window and stops after its last row, "
+            "but every row above the window must still be entropy-decoded, and on these sources that is much of "
+            "the cost.")
+
+
+def _ceiling_lesson(ours: int, standard: int) -> str:
+    """What the two loaders' ratios to their own ceilings say, from :func:`compare`'s verdicts (-1: clearly below)."""
+    if ours < 0 and standard < 0:
+        return "What is missing is what each loader itself costs: reading, batching in fresh memory, handing over."
+    if ours < 0 or standard < 0:
+        which = "Ours" if ours < 0 else "The standard pipeline"
+        return (f"{which} stayed clearly below its ceiling, by what the loader itself costs (reading, batching in "
+                "fresh memory, handing over); the other one the runs could not tell from its ceiling.")
+    return ("Neither loader was clearly below its ceiling in these runs: the loader's own costs (reading, batching "
+            "in fresh memory, handing over) were within the noise of this machine.")
+
+
+@provides_figures("ours_rate", "standard_rate", "speedup_words", "storage_ratio", "end_psnr", "ours_ceiling_rate",
+                   "ours_vs_ceiling", "ours_ceiling_words", "standard_vs_ceiling", "standard_ceiling_words",
+                   "ceiling_lesson", "dali_sentence", "ours_first",
+                   "standard_first", "summary_speedup", "summary_ceiling", "end_startup")
+def end_to_end_figures(runs: Mapping[str, Spread], epochs: Mapping[str, list], rows: Mapping[str, str],
+                       storage_ratio: float, psnr_db: float) -> dict:
+    """The figures of chapter 11's "All together": the training pipeline speed-up and each ratio to a ceiling."""
+    standard, ours = runs[rows["standard"]], runs[rows["ours, stored"]]
+    standard_ceiling = runs["ceiling: standard crops, originals"]
+    ours_ceiling = runs["ceiling: our crops, stored"]
+    speedup = rate_words(ours, standard, "the standard pipeline")
+    first = {name: sorted(e.first_batch_seconds for e in runs_)[len(runs_) // 2] for name, runs_ in epochs.items()}
+    dali = rows["DALI, stored"]
+    if dali in runs:
+        dali_sentence = (f"DALI's CPU pipeline, on the same stored shards with the same kind of crops, delivered "
+                         f"{runs[dali].median:.0f} images/s: ours was {rate_words(ours, runs[dali], 'DALI')} "
+                         f"(ours / DALI = {ours.median / runs[dali].median:.2f}). DALI's pipeline runs ahead into "
+                         "its next epoch's first batches while it waits (`prefetch_queue_depth`), so its first batch "
+                         "is ready when asked for; the clock of every pipeline starts only after one batch per worker "
+                         "or thread.")
+    else:
+        dali_sentence = "DALI is not installed here, so its row did not run."
+    return {
+        "ours_rate": f"{ours.median:.0f}", "standard_rate": f"{standard.median:.0f}",
+        "speedup_words": speedup, "storage_ratio": f"{storage_ratio:.2f}", "end_psnr": db(psnr_db),
+        "ours_ceiling_rate": f"{ours_ceiling.median:.0f}",
+        "ours_vs_ceiling": f"{ours.median / ours_ceiling.median:.2f}",
+        "ours_ceiling_words": rate_words(ours, ours_ceiling, "its ceiling"),
+        "standard_vs_ceiling": f"{standard.median / standard_ceiling.median:.2f}",
+        "standard_ceiling_words": rate_words(standard, standard_ceiling, "its ceiling"),
+        "ceiling_lesson": _ceiling_lesson(compare(ours, ours_ceiling), compare(standard, standard_ceiling)),
+        "dali_sentence": dali_sentence,
+        "ours_first": f"{first[rows['ours, stored']]:.2f}", "standard_first": f"{first[rows['standard']]:.2f}",
+        "summary_speedup": (f"the training crops came {speedup}" if compare(ours, standard) != 0 else
+                            f"the training crops came {ours.median / standard.median:.1f} times as fast as the standard "
+                            "pipeline's by the medians, not a clear difference by the course's rule"),
+        "summary_ceiling": f"ours reached {ours.median / ours_ceiling.median:.2f} of the ceiling of its own work",
+        "end_startup": percent(max(e.startup_share for runs_ in epochs.values() for e in runs_)),
+    }
 
 
 def draft_sentence(scales: Mapping[int, int]) -> str:
@@ -105,7 +191,7 @@ def draft_rule(large_draft: Spread, large_full: Spread, small_draft: Spread, sma
     """The lesson of the two draft measurements (large sources, ImageNet-sized sources), as far as they support it."""
     large, small = compare(large_full, large_draft), compare(small_full, small_draft)
     if large > 0 and small == 0:
-        return ("So a reduced decode pays where the source is at least twice the target in both directions, and "
+        return ("So Pillow's `draft` pays where the source is at least twice the target in both directions, and "
                 "changes nothing below that.")
     if large > 0:
         return "The reduced decode paid on the large sources; on the ImageNet-sized ones the runs say: " + (

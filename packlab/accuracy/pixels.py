@@ -1,0 +1,221 @@
+"""Every image decoded once, small, into memory: the training data of the accuracy experiments.
+
+Decoding a JPEG costs milliseconds; a training step of the tiny model on small images costs
+about as much for a whole batch. An experiment that trains dozens of models on the same
+images must therefore decode each image once and keep the result. :func:`small_pixels`
+does that, for the originals or for any other encoding of the same samples, and caches
+the array under ``<data root>/packed/accuracy/`` so that a second run loads it in a
+fraction of a second.
+
+What the model then sees is ``side × side`` pixels (32 by default): the tiny CNN's view of
+the classes, which differ in colour and coarse pattern. A second lossy encoding leaves
+marks finer than that, so :func:`small_pixels` takes the ``side`` as an argument: the
+storage experiment uses 64, what :class:`packlab.train.TinyCNN` sees of a 256-pixel image
+after its own 4 × 4 pooling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from PIL import Image
+
+from packlab import data, paths
+
+#: The side of the small images, in pixels, unless told otherwise.
+SIDE = 32
+#: Bumped when the way images are made small changes: old caches are then rebuilt.
+VERSION = 1
+
+
+class SmallImages(NamedTuple):
+    """Small decoded images with their labels and keys, in manifest order."""
+
+    pixels: np.ndarray  # uint8, N x side x side x 3
+    labels: np.ndarray  # int64, N
+    keys: list[str]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def subset(images: SmallImages, indices) -> SmallImages:
+    """The images at ``indices`` (in that order), with their labels and keys."""
+    indices = np.asarray(indices, dtype=np.int64)
+    return SmallImages(images.pixels[indices], images.labels[indices], [images.keys[i] for i in indices])
+
+
+def shrink(encoded: bytes, side: int, source: str = "<bytes>") -> np.ndarray:
+    """A JPEG's pixels at ``side`` × ``side`` (uint8, H x W x 3).
+
+    Pillow's ``draft`` lets libjpeg decode at 1/2, 1/4 or 1/8 scale where the result
+    stays at least twice ``side`` (cheap and, that far above the target, invisible after
+    the resize); a box filter then averages the pixels down, as the model's pooling would.
+    """
+    try:
+        with Image.open(io.BytesIO(encoded)) as image:
+            image.draft("RGB", (2 * side, 2 * side))
+            return np.asarray(image.convert("RGB").resize((side, side), Image.BOX))
+    except Exception as exc:  # noqa: BLE001 - every decoder error gets the same message
+        raise ValueError(f"{source}: cannot decode this image ({exc}); regenerate the data with `make data`") from exc
+
+
+def _shrink_job(job: tuple[bytes | str, int, str]) -> np.ndarray:
+    item, side, source = job
+    encoded = Path(item).read_bytes() if isinstance(item, str) else item
+    return shrink(encoded, side, source)
+
+
+def shrink_all(items: Sequence[bytes | str], side: int, sources: Sequence[str], progress: bool = True,
+               workers: int | None = None) -> np.ndarray:
+    """:func:`shrink` every item (encoded bytes, or a path to read them from) on all cores; N x side x side x 3."""
+    from tqdm.auto import tqdm
+
+    jobs = [(item, side, source) for item, source in zip(items, sources)]
+    workers = workers or data.available_cores()
+    out = np.empty((len(jobs), side, side, 3), dtype=np.uint8)
+    bar = tqdm(total=len(jobs), desc=f"decoding once at {side}x{side}", unit="img", disable=not progress)
+    if workers <= 1:
+        for i, job in enumerate(jobs):
+            out[i] = _shrink_job(job)
+            bar.update()
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+            for i, pixels in enumerate(pool.map(_shrink_job, jobs, chunksize=64)):
+                out[i] = pixels
+                bar.update()
+    bar.close()
+    return out
+
+
+def _cache_path(name: str, side: int, fingerprint: str, root: Path | None) -> Path:
+    return paths.packed_dir(root) / "accuracy" / f"{name}-{side}px-v{VERSION}-{fingerprint[:12]}.npz"
+
+
+def manifest_fingerprint(samples: Sequence[data.Sample]) -> str:
+    """A digest of the samples' keys and checksums: a cache made from other images is not reused."""
+    digest = hashlib.sha256()
+    for sample in samples:
+        digest.update(f"{sample.key}:{sample.sha256};".encode())
+    return digest.hexdigest()
+
+
+def cached(name: str, side: int, samples: Sequence[data.Sample], make: Callable[[], np.ndarray],
+           root: Path | None = None) -> SmallImages:
+    """The small images ``make()`` returns for ``samples``, from the cache when it holds them."""
+    path = _cache_path(name, side, manifest_fingerprint(samples), root)
+    labels = np.array([s.label for s in samples], dtype=np.int64)
+    keys = [s.key for s in samples]
+    if path.exists():
+        with np.load(path) as stored:
+            return SmallImages(stored["pixels"], labels, keys)
+    pixels = make()
+    if pixels.shape[0] != len(samples):
+        raise ValueError(f"{name}: {pixels.shape[0]} images made for {len(samples)} samples")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
+    np.savez(partial, pixels=pixels)
+    os.replace(partial, path)
+    return SmallImages(pixels, labels, keys)
+
+
+def small_pixels(root: Path | None = None, side: int = SIDE, samples: Sequence[data.Sample] | None = None,
+                 progress: bool = True) -> SmallImages:
+    """The dataset's original JPEGs, each decoded once at ``side`` × ``side`` (cached)."""
+    root = root or paths.data_root()
+    samples = list(samples) if samples is not None else data.load_manifest(root)
+    files = [str(data.image_path(s.key, root)) for s in samples]
+    return cached("originals", side, samples,
+                  lambda: shrink_all(files, side, files, progress=progress), root)
+
+
+def small_pixels_of(name: str, encoded: Callable[[data.Sample], bytes], samples: Sequence[data.Sample],
+                    side: int = SIDE, root: Path | None = None, progress: bool = True) -> SmallImages:
+    """The same samples in another encoding (``encoded(sample)`` gives its bytes), decoded once (cached as ``name``)."""
+    samples = list(samples)
+
+    def make() -> np.ndarray:
+        blobs = [encoded(s) for s in samples]
+        return shrink_all(blobs, side, [f"{name}:{s.key}" for s in samples], progress=progress)
+
+    return cached(name, side, samples, make, root)
+
+
+def _stored_job(job: tuple[str, tuple, int]) -> list[tuple[np.ndarray, int]]:
+    """One original, decoded once, re-encoded in each of ``forms`` (chapter 11's :mod:`packlab.reencode`) and made
+    small: ``[(pixels, stored bytes)]`` per form."""
+    from PIL import Image
+
+    from packlab import reencode
+    from packlab.transforms import decode_rgb
+
+    path, forms, side = job
+    original = decode_rgb(Path(path).read_bytes(), path)
+    out = []
+    for form in forms:
+        if form.fit == "square":
+            kept = np.asarray(original.resize((form.size, form.size), Image.BILINEAR))
+        else:
+            kept = np.asarray(original.resize(reencode.max_side_size(*original.size, form.size), Image.BILINEAR))
+        encoded = reencode.encode_pixels(kept, form.quality, form.subsampling)
+        out.append((shrink(encoded, side, path), len(encoded)))
+    return out
+
+
+def stored_small_pixels(forms: Sequence, samples: Sequence[data.Sample], side: int = SIDE, root: Path | None = None,
+                        progress: bool = True) -> dict:
+    """The samples stored as chapter 11 stores them, in each of ``forms`` (:class:`packlab.reencode.StoredFormat`),
+    decoded once: ``{form: (SmallImages, bytes of each stored JPEG)}``.
+
+    Each original is decoded once for all the forms (Pillow's bilinear resize, as
+    :func:`packlab.reencode.stored_pixels` does), and every result is cached under
+    ``packed/accuracy/`` (one file per form), so the re-encoding is paid once per dataset.
+    """
+    from tqdm.auto import tqdm
+
+    root = root or paths.data_root()
+    samples = list(samples)
+    labels = np.array([s.label for s in samples], dtype=np.int64)
+    keys = [s.key for s in samples]
+    fingerprint = manifest_fingerprint(samples)
+    found = {}
+    for form in forms:
+        path = _cache_path(form.folder_name, side, fingerprint, root)
+        if path.exists():
+            with np.load(path) as stored:
+                found[form] = (SmallImages(stored["pixels"], labels, keys), stored["bytes"])
+    missing = tuple(form for form in forms if form not in found)
+    if missing:
+        jobs = [(str(data.image_path(s.key, root)), missing, side) for s in samples]
+        out = {form: (np.empty((len(jobs), side, side, 3), dtype=np.uint8), np.empty(len(jobs), dtype=np.int64))
+               for form in missing}
+        bar = tqdm(total=len(jobs), desc=f"storing {len(missing)} ways at {side}x{side}", unit="img",
+                   disable=not progress)
+        with ProcessPoolExecutor(data.available_cores(), mp_context=get_context("fork")) as pool:
+            for i, per_form in enumerate(pool.map(_stored_job, jobs, chunksize=32)):
+                for form, (pixels, size) in zip(missing, per_form):
+                    out[form][0][i], out[form][1][i] = pixels, size
+                bar.update()
+        bar.close()
+        for form, (pixels, sizes) in out.items():
+            path = _cache_path(form.folder_name, side, fingerprint, root)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
+            np.savez(partial, pixels=pixels, bytes=sizes)
+            os.replace(partial, path)
+            found[form] = (SmallImages(pixels, labels, keys), sizes)
+    return {form: found[form] for form in forms}
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio in dB between two uint8 image stacks (inf when identical)."""
+    error = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if error == 0 else float(10 * np.log10(255.0**2 / error))
