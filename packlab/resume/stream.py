@@ -1,55 +1,6 @@
-"""Stop in the middle of an epoch and carry on later, with every sample exactly once over the two runs.
+"""One reader's position in an epoch of tar shards: pieces, the shuffle-buffer stream, the states of several readers.
 
-A job on a cluster is stopped by its time limit, by preemption or by a crash, usually in the
-middle of an epoch. Restarting the epoch from its beginning repeats samples the model has
-already seen; skipping to the next epoch loses the rest of this one. What a restart needs
-is the *position* of the data pipeline, saved with the model, at **sample granularity**.
-
-For a map-style dataset the position is the sampler's: torchdata's ``StatefulDataLoader``
-saves the shuffled index order and how many indices it has handed out. For a stream of
-tar shards, every reader (each DataLoader worker, or the main process) has its own
-position, and it has three parts:
-
-1. **which shards**, in which order: this reader's share of the epoch's shard order;
-2. **how far**: the shard being read and how many of its samples were taken from it;
-3. **the shuffle buffer**: samples already read from the shards but not yet delivered.
-   Saving their bytes would cost about 110 kB each (a 1,000-sample buffer is 110 MB per
-   worker), so the state keeps where each one came from, ``(shard, position)``, and on
-   resume the buffer is **re-filled** by reading those samples again (the re-fill rule).
-   The random generator's state is saved too, so the resumed run draws what the
-   uninterrupted one would have drawn.
-
-**By byte offset.** A tar stream can start again at any member's header. So the state
-also keeps, for each buffered sample, the bytes ``[begin, end)`` it occupies in its shard,
-and for the current shard the byte where the next sample begins. A resumed reader then
-opens each shard *at* those offsets with a ranged opener (``open_from``: a ``seek`` for
-a local file, an HTTP ``Range`` request for S3 or a web server, as in chapter 10), one
-request per run of adjacent buffered samples, and reads the bytes of the samples it still
-has to deliver and nothing else. Without offsets (an opener without ``open_from``, a
-compressed shard, a dataset that reads its shards its own way) it reads each shard from
-byte 0 and passes over the samples before the ones it needs: a buffer's samples come from
-the last few shards, so each resume then reads up to a few shards again, per worker
-(:func:`resume_reads` counts both ways for a saved state; :func:`modelled_resume_reads`
-models 1 GB shards).
-
-:class:`ShardStream` is one reader's share, read through a shuffle buffer, as a state
-machine whose :meth:`~ShardStream.state` can be taken between any two samples.
-:class:`packlab.loaders.tar.TarShardDataset` reads through it and offers
-``state_dict()`` / ``load_state_dict()``, the protocol torchdata's ``StatefulDataLoader``
-calls **inside each worker** (``torchdata/stateful_dataloader/worker.py``) and ships back
-with every batch, so that ``loader.state_dict()`` in the training process describes the
-batches delivered so far, not the ones still waiting in the prefetch queues.
-
-When the worker count or the number of ranks changes
-----------------------------------------------------
-``StatefulDataLoader.load_state_dict`` refuses another worker count
-(``assert self._num_workers == state_dict["_num_workers"]``). The states of the old readers
-still say exactly what is left: each reader's buffer, the rest of its current shard, and
-its shards not yet opened (:func:`pieces_left`). :func:`epoch_state` gathers them from one
-or more saved loaders (several ranks); a dataset given that state re-splits the pieces
-between its new readers. Every sample then still arrives exactly once, but in another order
-than an uninterrupted run, and the readers' shares are less even (a piece may be a single
-buffered sample or a whole shard).
+See :mod:`packlab.resume` for what a position holds and why.
 """
 
 from __future__ import annotations
@@ -103,8 +54,8 @@ SpanReader = Callable[..., Iterable]
 def adjacent_runs(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """Sorted spans merged where one ends where the next begins: ``(begin, end, how many spans)`` per run.
 
-    One ranged request per run reads exactly the spans' bytes: the samples a shuffle buffer
-    holds from the shard being read are mostly neighbours.
+    One ranged request per run reads exactly the spans' bytes; among the samples a shuffle
+    buffer holds from the shard being read, runs of neighbours are common.
     """
     runs: list[list[int]] = []
     for begin, end in sorted(spans):
@@ -322,7 +273,7 @@ class ShardStream:
         stream.next_byte = None if state["next_byte"] is None else int(state["next_byte"])
         stream.draining, stream.delivered = bool(state["draining"]), int(state["delivered"])
         found: dict[tuple[int, int], tuple] = {}
-        for index, piece in _buffered_pieces(pieces, state["buffer"]):
+        for index, piece in buffered_pieces(pieces, state["buffer"]):
             keys = dict(zip(piece.positions, (key for _, _, key, _, _ in _entries(state["buffer"], index))))
             for position, sample, begin, end in read_piece(piece, read_spans):
                 if sample.key != keys[position]:
@@ -337,7 +288,7 @@ def _entries(buffer: list, index: int) -> list:
     return sorted((e for e in buffer if int(e[0]) == index), key=lambda e: int(e[1]))
 
 
-def _buffered_pieces(pieces: Sequence[Piece], buffer: list) -> list[tuple[int, Piece]]:
+def buffered_pieces(pieces: Sequence[Piece], buffer: list) -> list[tuple[int, Piece]]:
     """``(piece index, Piece of the buffered positions of that piece's shard)``, one per piece with buffered samples."""
     out = []
     for index in sorted({int(e[0]) for e in buffer}):
@@ -366,7 +317,7 @@ def pieces_left(state: dict) -> list[Piece]:
     of the piece being read (from the byte where it stopped), then the pieces not yet opened.
     """
     pieces = [Piece.from_list(p) for p in state["pieces"]]
-    left = [piece for _, piece in _buffered_pieces(pieces, state["buffer"])]
+    left = [piece for _, piece in buffered_pieces(pieces, state["buffer"])]
     if state["draining"]:
         return left
     current = int(state["next_piece"])
@@ -383,111 +334,6 @@ def pieces_left(state: dict) -> list[Piece]:
                                   None if piece.spans is None else tuple(s for _, s in kept)))
         left += pieces[current + 1:]
     return left
-
-
-# ------------------------------------------------------------ what a resume reads
-
-
-class CountingOpener:
-    """An opener that counts what it reads: the bytes read from its streams and the requests made.
-
-    Wraps any shard opener (``opener(name)``, and ``opener.open_from(name, offset, ...)``
-    when it has one, as :class:`packlab.loaders.tar.ShardOpener` and S3's do), for
-    measuring what a resume costs. Counts are this process's (use it without DataLoader
-    workers, or read them in the worker).
-    """
-
-    def __init__(self, opener: Callable):
-        self.opener = opener
-        self.bytes = self.requests = 0
-        if hasattr(opener, "open_from"):
-            self.open_from = self._open_from
-
-    def __call__(self, name: str):
-        return self._counted(self.opener(name))
-
-    def _open_from(self, name: str, offset: int, etag: str | None = None, end: int | None = None):
-        return self._counted(self.opener.open_from(name, offset, etag=etag, end=end))
-
-    def _counted(self, stream):
-        self.requests += 1
-        counter = self
-
-        class Counted:
-            def read(self, size: int = -1) -> bytes:
-                chunk = stream.read(size)
-                counter.bytes += len(chunk)
-                return chunk
-
-            def close(self) -> None:
-                stream.close()
-
-        return Counted()
-
-    def reset(self) -> None:
-        self.bytes = self.requests = 0
-
-    def __repr__(self) -> str:
-        return f"CountingOpener({self.opener!r}: {self.requests} requests, {self.bytes:,} bytes)"
-
-
-def resume_reads(stream_state: dict) -> dict:
-    """What resuming a saved stream reads before it delivers a new sample, both ways, in bytes.
-
-    ``stream_state`` is a reader's ``state["stream"]`` saved with byte offsets. Returns
-    ``needed`` (the buffered samples' own bytes), ``by_offset`` (what a ranged resume reads:
-    exactly those, in ``ranged_requests`` requests, one per run of neighbours, plus one for
-    the current shard, which it opens where the next sample begins), ``from_start`` (what a
-    resume that reads each shard from byte 0 reads: every buffered shard up to its last
-    buffered sample, and the current shard again up to where it stopped) and
-    ``shards_from_start``, the shards that resume opens.
-    """
-    pieces = [Piece.from_list(p) for p in stream_state["pieces"]]
-    buffered = _buffered_pieces(pieces, stream_state["buffer"])
-    if any(piece.spans is None for _, piece in buffered):
-        raise ValueError("this state holds no byte offsets (it was saved by a reader that could not read ranges)")
-    needed = sum(end - begin for _, piece in buffered for begin, end in piece.spans)
-    runs = sum(len(adjacent_runs(piece.spans)) for _, piece in buffered)
-    from_start = sum(max(end for _, end in piece.spans) for _, piece in buffered)
-    current = int(stream_state["next_piece"]) < len(pieces) and not stream_state["draining"]
-    if current:
-        from_start += int(stream_state["next_byte"] or 0)
-    return {"needed": needed, "by_offset": needed, "ranged_requests": runs + int(current), "from_start": from_start,
-            "shards_from_start": len(buffered) + int(current)}
-
-
-def modelled_resume_reads(shard_bytes: float = 1e9, sample_bytes: float = 110_000, buffer: int = 1000,
-                          shards: int = 4, stops: int = 40, seed: int = 0) -> dict:
-    """:func:`resume_reads` for one reader of ``shards`` shards of ``shard_bytes``, averaged over ``stops`` stops.
-
-    A model, not a measurement: samples of ``sample_bytes`` each (tar headers included),
-    read in order through a shuffle buffer of ``buffer`` samples (the buffer algorithm of
-    :class:`ShardStream`, on sample numbers only), stopped at positions drawn uniformly
-    after the buffer has filled. Returns the mean ``needed``, ``by_offset`` and
-    ``from_start`` in bytes and the mean ``shards_from_start``, per reader: multiply by the
-    readers (workers x ranks) for a whole job's resume.
-    """
-    rng = random.Random(seed)
-    per_shard = max(1, round(shard_bytes / sample_bytes))
-    total = per_shard * shards
-    stop_at = set(rng.sample(range(buffer + 1, total), min(stops, total - buffer - 1)))
-    kept: list[int] = []
-    totals = {"needed": 0.0, "by_offset": 0.0, "from_start": 0.0, "shards_from_start": 0.0}
-    for sample in range(total):
-        if len(kept) < buffer:
-            kept.append(sample)
-        else:
-            kept[rng.randrange(buffer)] = sample
-        if sample + 1 in stop_at:
-            last_in_shard: dict[int, int] = {}
-            for held in kept:
-                last_in_shard[held // per_shard] = max(last_in_shard.get(held // per_shard, 0), held % per_shard + 1)
-            needed = len(kept) * sample_bytes
-            totals["needed"] += needed
-            totals["by_offset"] += needed
-            totals["from_start"] += (sum(last_in_shard.values()) + (sample + 1) % per_shard) * sample_bytes
-            totals["shards_from_start"] += len(last_in_shard) + 1
-    return {name: value / len(stop_at) for name, value in totals.items()}
 
 
 # ------------------------------------------------------------ the states of several readers
@@ -576,48 +422,3 @@ def stop_and_resume(make_loader: Callable[[], Any], stop_after: int) -> tuple[li
     del again
     gc.collect()
     return first, rest
-
-
-# ------------------------------------------------------------------ map-style datasets
-
-
-class KeyItems:
-    """A map-style dataset whose item ``i`` is ``(0, 0, keys[i])``: it names itself, so a resume can be audited.
-
-    The batches look like the course's ``(images, labels, keys)``, which :func:`stop_and_resume` reads.
-    """
-
-    def __init__(self, keys: Sequence[str]):
-        self.keys = list(keys)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, index: int) -> tuple[int, int, str]:
-        return 0, 0, self.keys[index]
-
-
-def map_style_loader(keys: Sequence[str], batch_size: int = 64, workers: int = 2, seed: int = 0,
-                     rank: int | None = None, world_size: int | None = None, epoch: int = 0, **options):
-    """A ``StatefulDataLoader`` over :class:`KeyItems`, shuffled as a training loop shuffles a map-style dataset.
-
-    Without ``rank``: ``shuffle=True`` with a seeded ``generator``, which torchdata turns into
-    its own ``RandomSampler``; the loader's state holds the generator's state and how many
-    indices were taken (``torchdata/stateful_dataloader/sampler.py``). With ``rank`` and
-    ``world_size``: torchdata's ``StatefulDistributedSampler`` for that rank, set to ``epoch``.
-    Its state is how many indices it yielded, *not* the epoch: a resumed run must call
-    ``set_epoch`` with the saved epoch before loading it, or it resumes in another epoch's
-    permutation.
-    """
-    import torch
-    from torchdata.stateful_dataloader import StatefulDataLoader
-    from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
-
-    dataset = KeyItems(keys)
-    workers_options = {"num_workers": workers, "multiprocessing_context": "fork"} if workers else {}
-    if rank is None:
-        return StatefulDataLoader(dataset, batch_size=batch_size, shuffle=True,
-                                  generator=torch.Generator().manual_seed(seed), **workers_options, **options)
-    sampler = StatefulDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    sampler.set_epoch(epoch)
-    return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, **workers_options, **options)
