@@ -539,21 +539,23 @@ class S3ShardOpener:
         """The whole object: one ``GET``, its body streamed."""
         return self.open_from(url, 0)
 
-    def open_from(self, url: str, offset: int, etag: str | None = None) -> ObjectStream:
-        """The object from byte ``offset`` on: a ``GET`` with ``Range: bytes=offset-``.
+    def open_from(self, url: str, offset: int, etag: str | None = None, end: int | None = None) -> ObjectStream:
+        """The object from byte ``offset`` on (up to byte ``end``, exclusive): a ``GET`` with ``Range: bytes=offset-``.
 
-        With ``etag`` the request also says ``If-Match: etag``: if the object was replaced
-        since that version was read, the server refuses (HTTP 412), and so does this, with a
-        :class:`ShardError`, rather than continue one shard with the bytes of another.
-        :func:`packlab.retry.iter_shard_samples_resuming` uses it to resume a shard where
-        its last delivered sample ended.
+        With ``end`` the range is closed (``bytes=offset-(end - 1)``): the server sends those
+        bytes and no more, which is how a resumed reader fetches one buffered sample
+        (:mod:`packlab.resume`). With ``etag`` the request also says ``If-Match: etag``: if
+        the object was replaced since that version was read, the server refuses (HTTP 412),
+        and so does this, with a :class:`ShardError`, rather than continue one shard with
+        the bytes of another. :func:`packlab.retry.iter_shard_samples_resuming` uses it to
+        resume a shard where its last delivered sample ended.
         """
         import botocore.exceptions
 
         bucket, key = split_s3_url(url)
         options = {}
-        if offset:
-            options["Range"] = f"bytes={offset}-"
+        if offset or end is not None:
+            options["Range"] = f"bytes={offset}-{'' if end is None else end - 1}"
         if etag:
             options["IfMatch"] = etag
         try:

@@ -43,7 +43,15 @@ from typing import BinaryIO
 import torch
 from torch.utils.data import get_worker_info
 
-from packlab.loaders.tar import RawSample, ShardError, TarShardDataset, group_samples, iter_tar_members, open_shard
+from packlab.loaders.tar import (
+    RawSample,
+    ShardError,
+    ShardOpener,
+    TarShardDataset,
+    group_samples,
+    iter_tar_members,
+    open_shard,
+)
 
 #: How many DataLoader workers a retry counter has rows for.
 MAX_WORKERS = 64
@@ -94,21 +102,14 @@ class RetryPolicy:
         return sum(self.wait_before(n) for n in range(1, self.attempts))
 
 
-class LocalRangeOpener:
+class LocalRangeOpener(ShardOpener):
     """An ``opener=`` for local shard files that can also open one from a byte offset (``open_from``).
 
     What :meth:`packlab.objectstore.S3ShardOpener.open_from` does with a ranged ``GET``,
     done with a ``seek``: for tests, and for shards on a filesystem that can fail
-    part-way (a network mount).
+    part-way (a network mount). It is :class:`packlab.loaders.tar.ShardOpener`, the
+    default opener of ``TarShardDataset``, under the name this module has always used.
     """
-
-    def __call__(self, name: str) -> BinaryIO:
-        return open_shard(name)
-
-    def open_from(self, name: str, offset: int, etag: str | None = None) -> BinaryIO:
-        stream = open_shard(name)
-        stream.seek(offset)
-        return stream
 
 
 class _CountedStream:

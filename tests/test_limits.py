@@ -60,14 +60,30 @@ def _in_a_small_dev_shm(code: str) -> subprocess.CompletedProcess:
 
 
 def test_the_check_before_the_workers_start_names_the_numbers_and_the_fixes(namespaces):
-    code = ("from packlab import limits\n"
+    """Refused below the estimate; a warning between the estimate and the bound (uint8 batches of 64 on 64 MB,
+    which the epoch above shows working); silence above the bound."""
+    code = ("import warnings\nimport torch\nfrom packlab import limits\n"
             "try:\n    limits.check_shared_memory(limits.batch_nbytes(64), workers=2)\n"
             "except limits.SharedMemoryError as exc:\n    print('REFUSED', exc)\n"
-            "limits.check_shared_memory(limits.batch_nbytes(8), workers=2)\nprint('BATCH 8 FITS')\n")
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    limits.check_shared_memory(limits.batch_nbytes(64, dtype=torch.uint8), workers=2)\n"
+            "    print('UINT8 WARNED' if caught and caught[0].category is limits.SharedMemoryWarning else 'UINT8 SILENT')\n"
+            "    limits.check_shared_memory(limits.batch_nbytes(8), workers=2)\n"
+            "    print('BATCH 8 FITS' if len(caught) == 1 else 'BATCH 8 WARNED')\n")
     done = _in_a_small_dev_shm(code)
     assert done.returncode == 0, done.stderr
     assert "REFUSED /dev/shm has 67 MB free (of 67 MB)" in done.stdout, done.stdout
-    assert "--shm-size" in done.stdout and "prefetch_factor" in done.stdout and "BATCH 8 FITS" in done.stdout
+    assert "--shm-size" in done.stdout and "prefetch_factor" in done.stdout
+    assert "UINT8 WARNED" in done.stdout and "BATCH 8 FITS" in done.stdout, done.stdout
+
+
+def test_the_estimate_counts_the_batches_in_flight_and_the_one_held():
+    batch = limits.batch_nbytes(64)
+    assert limits.shm_needed(batch, workers=2, prefetch_factor=2) == 5 * batch
+    assert limits.shm_needed(batch, workers=2, prefetch_factor=2, pin_memory=True) == 6 * batch
+    assert limits.shm_bound(batch, workers=2, prefetch_factor=2) == 6 * batch
+    assert limits.shm_needed(batch, workers=0) == limits.shm_bound(batch, workers=0) == 0
 
 
 def test_the_recycling_pool_says_when_dev_shm_is_full(namespaces):

@@ -195,3 +195,25 @@ def test_the_model_error_remainder_follows_the_refined_estimate():
     above = {("network model", layout): runs(rate) for layout, rate in zip(layouts, (300, 571, 774, 1011))}
     text = ch07.model_error_figures(above, _penalty(predicted), {0.0005: 0.0001}, runs(0.25))["remainder_text"]
     assert "Above it (the folder), the estimate overcharged" in text
+
+
+def test_chapter_12_sentences_follow_each_verdict():
+    from packlab.course.narration import ch12
+
+    verdicts = {"as written": {"mixing": 0.9, "mixes_like_a_permutation": False},
+                "ours": {"mixing": 0.5, "mixes_like_a_permutation": False, "times": 4.2},
+                "MDS py1e": {"mixing": 0.12, "mixes_like_a_permutation": True, "times": 1.0},
+                "random permutation": {"mixing": 0.12, "band_top": 0.14, "mixes_like_a_permutation": True, "times": 1.0}}
+    assert ch12.mixing_summary(verdicts) == ("mixed like a random permutation: MDS py1e; "
+                                             "not mixed: ours (4.2 times a permutation's distance)")
+    assert [r["verdict"] for r in ch12.mixing_rows(verdicts)] == [
+        "the class-sorted order itself", "not mixed", "mixed like a random permutation",
+        "95 % of permutations at most 0.14"]
+    tried = [{"label": "fits", "ok": True, "needed_mb": 60, "shm_mb": 67},
+             {"label": "too big", "ok": False, "needed_mb": 250, "shm_mb": 67}]
+    assert ch12.shm_verdicts(tried) == "the estimate agreed with the outcome in all 2 configurations"
+    assert "disagreed" in ch12.shm_verdicts([{**tried[0], "ok": False}])
+    findings = {"torch global": {"resumed": False}, "per sample": {"resumed": True}}
+    assert ch12.resume_sources(findings) == "only 'per sample' kept the uninterrupted run's crops after the resume; " \
+                                            "'torch global' did not"
+    assert ch12.megabytes(2.5e6) == "2.5 MB" and ch12.megabytes(7.04e9) == "7.0 GB" and ch12.megabytes(110e9) == "110 GB"

@@ -383,6 +383,51 @@ def test_a_ranged_read_resumes_the_same_object_and_refuses_a_replaced_one(server
     client.delete_object(Bucket=bucket, Key="replaced/shard.tar")
 
 
+def test_a_resumed_reader_fetches_only_the_bytes_of_the_samples_it_still_needs(server, urls, manifest):
+    """A shuffle-buffer reader stopped mid-shard and resumed over S3: closed ranged GETs, counted at the opener.
+
+    Every byte the resumed reader read belongs to a sample delivered after the resume, apart
+    from the end-of-archive marker (1,024 bytes) of each shard read to its end; every byte the
+    server announced it would send (``Content-Length`` of each response) too, apart from what
+    follows a shard's last sample (the marker and tar's padding to a whole record).
+    """
+    from packlab import resume
+    from packlab.loaders.tar import read_sample_spans
+
+    class Announced(objectstore.S3ShardOpener):
+        sent = 0
+
+        def open_from(self, url, offset, etag=None, end=None):
+            stream = super().open_from(url, offset, etag, end)
+            Announced.sent += stream.size
+            return stream
+
+    def dataset(opener):
+        return TarShardDataset(urls, opener=opener, shuffle_buffer=50, seed=3, transform=skip_decode, return_key=True)
+
+    plain = objectstore.S3ShardOpener(server.settings)
+    spans = {url: [(s.key, begin, end) for s, begin, end in read_sample_spans(url, plain)] for url in urls}
+    sizes = {key: end - begin for found in spans.values() for key, begin, end in found}
+    listed = dict(objectstore.list_objects(server.client(), objectstore.DEFAULT_BUCKET, prefix="train/"))
+    tails = {url: listed[objectstore.split_s3_url(url)[1]] - spans[url][-1][2] for url in urls}
+    stopped = dataset(plain)
+    items = iter(stopped)
+    first = [next(items)[2] for _ in range(130)]  # in the third shard, with 50 buffered
+    state = stopped.state_dict()
+    items.close()
+    counting = resume.CountingOpener(Announced(server.settings))
+    again = dataset(counting)
+    again.load_state_dict(state)
+    rest = [key for _, _, key in again]
+    assert sorted(first + rest) == sorted(s.key for s in manifest)
+    read_to_the_end = [piece[0] for piece in state["stream"]["pieces"][state["stream"]["next_piece"]:]]
+    needed = sum(sizes[key] for key in rest)
+    assert counting.bytes <= needed + 1024 * len(read_to_the_end), (counting, needed)
+    assert Announced.sent <= needed + sum(tails[url] for url in read_to_the_end), (Announced.sent, needed)
+    account = resume.resume_reads(state["stream"])
+    assert account["from_start"] > 2 * account["by_offset"]  # what reading the shards from byte 0 would have cost
+
+
 def test_staging_from_s3_copies_with_the_announced_size(server, urls, tmp_path, shards):
     from packlab.staging import stage_shards
 

@@ -1,12 +1,19 @@
-"""Random augmentation in workers: which guarantees hold, the copied-Generator bug, and its fixes."""
+"""Random augmentation in workers: which guarantees hold, the copied-Generator bug, its fixes, and resuming.
+
+A resume is the stop of one ``StatefulDataLoader`` after some samples and a new one that
+loads its state (:func:`packlab.seeding.resumed_draws`): torch's own seeding replays the
+epoch's first crops there, while per-sample generators and saved generator states give the
+uninterrupted run's crops, under ``fork`` and ``spawn``.
+"""
 
 from __future__ import annotations
 
 import pytest
+from torch.utils.data import DataLoader
 
 from packlab import seeding
 
-TORCH, COPIED, PER_WORKER, PER_SAMPLE = seeding.AugmentationDraws.SOURCES
+TORCH, COPIED, PER_WORKER, PER_SAMPLE, SAVED = seeding.AugmentationDraws.SOURCES
 
 
 def _draws(records):
@@ -39,3 +46,37 @@ def test_remaking_the_generator_in_each_worker_fixes_it_reproducibly():
     records = seeding.draws(PER_WORKER, 2)
     first = seeding.first_draw_per_worker(records)
     assert first[0] != first[1] and records == seeding.draws(PER_WORKER, 2)
+
+
+def test_after_a_resume_torch_s_own_seeding_replays_the_crops_of_the_epoch_s_start():
+    """StatefulDataLoader restores base_seed, not the workers' generator states (A6 of the 27 Nov review)."""
+    whole, resumed = seeding.draws(TORCH, 2), seeding.resumed_draws(TORCH, 2, stop_after=6)
+    assert resumed[:6] == whole[:6] and _draws(resumed[6:]) != _draws(whole[6:])
+    # Samples 6 and 7, the first each worker handles after the resume, get the epoch's first two crops.
+    assert _draws(resumed[6:8]) == _draws(whole[:2])
+
+
+# Saved states travel the same way under spawn as under fork (plain data, pickled): one spawn case, the
+# recommended source, whose seeds must not depend on the process (no hash() of a string).
+@pytest.mark.parametrize("source, method", [(PER_SAMPLE, "fork"), (PER_SAMPLE, "spawn"), (SAVED, "fork")])
+def test_after_a_mid_epoch_resume_the_draws_are_the_uninterrupted_run_s(source, method):
+    assert seeding.resumed_draws(source, 2, stop_after=5, method=method) == seeding.draws(source, 2, method=method)
+
+
+def test_the_per_sample_source_follows_set_epoch_into_persistent_workers():
+    dataset = seeding.make_draws(PER_SAMPLE, count=8)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    epochs = []
+    for epoch in (0, 1):
+        dataset.set_epoch(epoch)
+        epochs.append(sorted((int(i), tuple(int(x) for x in d)) for i, _, d in loader))
+    for epoch, records in enumerate(epochs):
+        assert [d for _, d in records] == [seeding.crop_with_torch(seeding.sample_generator(0, epoch, i)) for i in range(8)]
+    assert epochs[0] != epochs[1]
+
+
+def test_sample_seeds_are_stable_and_spread():
+    assert seeding.sample_seed(0, 0, 0) == seeding.sample_seed(0, 0, 0) < 2**63
+    seeds = {seeding.sample_seed(seed, epoch, index) for seed in range(3) for epoch in range(3) for index in range(50)}
+    assert len(seeds) == 3 * 3 * 50
+    assert seeding.key_number("n01440764_10026") == seeding.key_number("n01440764_10026")

@@ -123,7 +123,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 MinJobAge=600
-KillWait=5
+KillWait=15
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
@@ -188,63 +188,85 @@ def _job_state(job_id: str, env: dict) -> dict[str, str]:
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
-def _confirmed_end(job_id: str, env: dict) -> dict[str, str] | None:
-    """The state of a job that requeues itself 10 s after an end state was seen, or None if it left it.
-
-    A run that calls ``scontrol requeue`` on its own job is ended by Slurm before the job is
-    queued again, so an end state seen at that moment may belong to the run, not the job.
-    """
-    for _ in range(5):
-        time.sleep(2)
-        state = _job_state(job_id, env)
-        if state.get("JobState") not in ENDED:
-            return None
-    return state
+#: Seconds an end state must last before a job that requeues itself is taken to have ended: a run that
+#: calls ``scontrol requeue`` on its own job is ended by Slurm before the job is queued again.
+END_CONFIRMED_AFTER = 10
 
 
-def _run_job(command: list[str], env: dict, output: Path, timeout: float,
-             release_requeued: bool = False) -> tuple[str, dict[str, str], str, float]:
-    """Submit with ``sbatch``, wait (bounded) for the job to end; ``(job id, final state, output, seconds)``.
+class _FollowedJob:
+    """A job submitted with ``sbatch`` and followed one poll at a time, so that a test can follow several at once.
 
-    Asserts that the job COMPLETED with exit code 0, showing the end of its output otherwise.
     ``release_requeued``: Slurm makes a requeued job eligible again only about two minutes
     after the requeue (measured here: ``EligibleTime`` 121 s after it, ``Reason=BeginTime``
     meanwhile); the test then moves its start time to now, as an administrator can, once the
     job has been held ``REQUEUE_SETTLE`` s, so that each requeue costs seconds rather than
     minutes. What is tested (the signal, the checkpoint, the requeue, the resumed run) is unchanged.
     """
-    start = time.monotonic()
-    submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", *command], env=env,
-                               cwd=paths.repo_root(), capture_output=True, text=True, timeout=60)
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
-    state: dict[str, str] = {}
-    held_since = None
-    while time.monotonic() - start < timeout:
-        state = _job_state(job_id, env)
-        if state.get("JobState") in ENDED:
-            if not release_requeued:
-                break
-            confirmed = _confirmed_end(job_id, env)
-            if confirmed is not None:
-                state = confirmed
-                break
-        held = release_requeued and state.get("JobState") == "PENDING" and state.get("Reason") == "BeginTime"
-        held_since = (held_since or time.monotonic()) if held else None
+
+    def __init__(self, command: list[str], env: dict, output: Path, release_requeued: bool = False):
+        self.env, self.output, self.release_requeued = env, output, release_requeued
+        self.start = time.monotonic()
+        submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", *command], env=env,
+                                   cwd=paths.repo_root(), capture_output=True, text=True, timeout=60)
+        assert submitted.returncode == 0, submitted.stderr
+        self.job_id = submitted.stdout.strip().split(";")[0]
+        self.state: dict[str, str] = {}
+        self.held_since = self.end_seen = None
+        self.done = False
+        self.seconds = 0.0
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace") if self.output.exists() else ""
+
+    def poll(self) -> None:
+        """Look at the job once: note its end, release it from a requeue's hold."""
+        now = time.monotonic()
+        self.state = _job_state(self.job_id, self.env)
+        if self.state.get("JobState") in ENDED:
+            self.end_seen = self.end_seen or now
+            if not self.release_requeued or now - self.end_seen >= END_CONFIRMED_AFTER:
+                self.done, self.seconds = True, now - self.start
+            return
+        self.end_seen = None
+        held = self.release_requeued and self.state.get("JobState") == "PENDING" and self.state.get("Reason") == "BeginTime"
+        self.held_since = (self.held_since or now) if held else None
         # Released at once, the job was allocated 0.1 s after its requeue and killed: the node still held
         # the revoked credential of the run that had just ended ("Job credential revoked", exit 1).
-        if held and time.monotonic() - held_since >= REQUEUE_SETTLE:
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
+        if held and now - self.held_since >= REQUEUE_SETTLE:
+            subprocess.run(["scontrol", "update", f"JobId={self.job_id}", "StartTime=now"], env=self.env,
                            capture_output=True, timeout=30)
+
+    def check_completed(self) -> None:
+        """Assert that the job COMPLETED with exit code 0, showing the end of its output otherwise."""
+        assert self.state.get("JobState") == "COMPLETED" and self.state.get("ExitCode") == "0:0", (
+            f"job {self.job_id} ended {self.state.get('JobState')} (exit {self.state.get('ExitCode')}) after "
+            f"{self.seconds:.0f} s:\n{self.text()[-6000:]}"
+        )
+
+
+def _follow(jobs: list[_FollowedJob], timeout: float, act=None) -> None:
+    """Poll every job every 2 s until all have ended (bounded by ``timeout``); ``act(job)`` after each poll."""
+    deadline = time.monotonic() + timeout
+    while not all(job.done for job in jobs) and time.monotonic() < deadline:
+        for job in jobs:
+            if not job.done:
+                job.poll()
+                if act is not None and not job.done:
+                    act(job)
         time.sleep(2)
-    else:
-        subprocess.run(["scancel", job_id], env=env, capture_output=True, timeout=30)
-    seconds = time.monotonic() - start
-    text = output.read_text(errors="replace") if output.exists() else "(no job output)"
-    assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", (
-        f"job {job_id} ended {state.get('JobState')} (exit {state.get('ExitCode')}) after {seconds:.0f} s:\n{text[-6000:]}"
-    )
-    return job_id, state, text, seconds
+    for job in jobs:
+        if not job.done:
+            subprocess.run(["scancel", job.job_id], env=job.env, capture_output=True, timeout=30)
+            job.seconds = time.monotonic() - job.start
+        job.check_completed()
+
+
+def _run_job(command: list[str], env: dict, output: Path, timeout: float,
+             release_requeued: bool = False) -> tuple[str, dict[str, str], str, float]:
+    """Submit with ``sbatch``, wait (bounded) for the job to COMPLETE with exit code 0; ``(job id, state, output, seconds)``."""
+    job = _FollowedJob(command, env, output, release_requeued)
+    _follow([job], timeout)
+    return job.job_id, job.state, job.text(), job.seconds
 
 
 def test_sbatch_script_stages_launches_srun_torchrun_and_audits_exactly_once(cluster, tmp_path):
@@ -270,27 +292,89 @@ REQUEUE_TIMEOUT = 900  # seconds for the whole requeued job: several runs, each 
 REQUEUE_SETTLE = 10  # seconds a requeued job stays held before the test releases it (see _run_job)
 
 
-def test_a_job_checkpoints_on_its_warning_signal_requeues_itself_and_finishes_the_epoch(cluster, tmp_path):
-    """A one-minute time limit, SIGUSR1 50 s before it, an epoch of about 45 s of steps after start-up.
+def _epoch_job(cluster, tmp_path, name: str, seed: int, step_seconds: float, options: list[str]):
+    """A resumable.sbatch job over 240 samples in shards of 30, one CPU; ``(job, checkpoint path)``."""
+    root = data.generate(tmp_path / f"data-{name}", count=240, seed=seed, workers=2, progress=False)
+    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=30, progress=False)
+    checkpoint = tmp_path / f"checkpoint-{name}.pt"
+    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=pack.brace_pattern(shards),
+               PACKLAB_PYTHON=sys.executable, PACKLAB_CHECKPOINT=str(checkpoint), STEP_SECONDS=str(step_seconds))
+    job = _FollowedJob(["--cpus-per-task=1", *options, str(RESUMABLE)], env, tmp_path / f"{name}.out",
+                       release_requeued=True)
+    return job, checkpoint
 
-    Slurm checks time limits periodically, so the warning comes 10 to 40 s into each run;
-    each run checkpoints, requeues the job, and the next run resumes. The checkpoints'
-    record must hold the 240 samples exactly once, after at least one requeue.
-    """
+
+def _epoch_done_once(job: _FollowedJob, checkpoint: Path) -> int:
+    """Assert that the checkpoints' record holds the 240 samples exactly once, over at least two runs; the runs."""
     import torch
     from collections import Counter
 
-    root = data.generate(tmp_path / "data", count=240, seed=22, workers=2, progress=False)
-    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=30, progress=False)
-    checkpoint = tmp_path / "checkpoint.pt"
-    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=pack.brace_pattern(shards),
-               PACKLAB_PYTHON=sys.executable, PACKLAB_CHECKPOINT=str(checkpoint), STEP_SECONDS="1.5")
-    job_id, state, text, seconds = _run_job(["--time=00:01:00", "--signal=B:USR1@50", str(RESUMABLE)], env,
-                                            tmp_path / "job.out", REQUEUE_TIMEOUT, release_requeued=True)
-    runs = int(state.get("Restarts", "0")) + 1
-    print(f"Slurm job {job_id}: {runs} runs, {seconds:.0f} s from sbatch to COMPLETED")
-    assert runs >= 2 and "SIGUSR1 from Slurm" in text and "requeueing job" in text, text
-    assert f"over {runs} run(s)" in text, text
+    text = job.text()
+    runs = int(job.state.get("Restarts", "0")) + 1
+    assert runs >= 2 and "requeueing job" in text and f"over {runs} run(s)" in text, text
+    assert "killed by signal" not in text and "Traceback" not in text, text
     saved = torch.load(checkpoint, weights_only=True)
     counts = Counter(saved["keys"])
     assert saved["done"] and len(counts) == 240 and set(counts.values()) == {1}, Counter(counts.values())
+    return runs
+
+
+def _saved_step(checkpoint: Path) -> int | None:
+    import torch
+
+    try:
+        return int(torch.load(checkpoint, weights_only=True)["step"])
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return None
+
+
+def test_jobs_signalled_as_slurm_signals_checkpoint_requeue_themselves_and_finish_the_epoch(cluster, tmp_path):
+    """Two jobs at once, signalled the three ways Slurm signals a running job; each must requeue and finish.
+
+    * ``signalled`` (a ten-minute limit, so the script's own warning never comes): in its
+      first run, once it has checkpointed, the test sends ``scancel --full --signal=TERM``:
+      SIGTERM to every process of the job, the batch shell, the training loop and its
+      DataLoader workers, as a preemption does. In its second run, after a checkpoint, it
+      sends ``scancel --batch --signal=USR1``: the batch shell alone, which is what
+      ``--signal=B:USR1@120`` makes Slurm do before the time limit (scancel(1), sbatch(1)),
+      at a moment the test chooses rather than at Slurm's next periodic check of the limits
+      (every 30 s here, which put the warning 10 s into every run, before the first step).
+    * ``timed_out``: a one-minute limit and no warning (the script's own ``--signal`` is
+      replaced by SIGURG, which the shell ignores), and an epoch of about 90 s of steps: its
+      first run reaches the time limit, where Slurm sends SIGTERM to every process of the
+      job and SIGKILL ``KillWait`` (here 15 s) later.
+
+    Every signalled run must checkpoint (status 3, no worker killed) and requeue the job;
+    the checkpoints' record must end with the 240 samples exactly once.
+    """
+    signalled, signalled_checkpoint = _epoch_job(cluster, tmp_path, "signalled", 22, 0.5, ["--time=00:10:00"])
+    timed_out, timed_checkpoint = _epoch_job(cluster, tmp_path, "timed-out", 23, 3.0,
+                                             ["--time=00:01:00", "--signal=B:URG@50"])
+    sent: list[tuple[str, int]] = []  # (how, the checkpoint's step then)
+
+    def signal_the_job(job: _FollowedJob) -> None:
+        step = _saved_step(signalled_checkpoint) if job is signalled else None
+        if step is None or job.state.get("JobState") != "RUNNING":
+            return
+        if not sent:
+            how = ["--full", "--signal=TERM"]
+        elif len(sent) == 1 and step > sent[0][1] and job.state.get("Restarts") == "1":
+            how = ["--batch", "--signal=USR1"]
+        else:
+            return
+        done = subprocess.run(["scancel", *how, job.job_id], env=job.env, capture_output=True, timeout=30)
+        if done.returncode == 0:  # else the run was just ending: try again at the next poll
+            sent.append((" ".join(how), step))
+
+    _follow([signalled, timed_out], REQUEUE_TIMEOUT, act=signal_the_job)
+    runs = {name: _epoch_done_once(job, checkpoint)
+            for name, job, checkpoint in [("signalled", signalled, signalled_checkpoint),
+                                          ("timed_out", timed_out, timed_checkpoint)]}
+    print(f"Slurm jobs: {runs} runs, {signalled.seconds:.0f} and {timed_out.seconds:.0f} s from sbatch to COMPLETED; "
+          f"sent {sent}")
+    runs_text = signalled.text().split(" run 2 ")
+    assert len(sent) == 2 and len(runs_text) == 2, (sent, signalled.text())
+    assert "SIGTERM: the training loop checkpoints" in runs_text[0] and "signal 15 at step" in runs_text[0], runs_text[0]
+    assert "SIGUSR1 from Slurm" in runs_text[1] and "signal 10 at step" in runs_text[1], runs_text[1]
+    first_run = timed_out.text().split(" run 2 ")[0]
+    assert "DUE TO TIME LIMIT" in first_run and "signal 15 at step" in first_run, timed_out.text()

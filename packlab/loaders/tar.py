@@ -56,7 +56,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from packlab.loaders.skipping import MAX_WORKERS, BadSampleHandling
 from packlab.pack import expand_pattern
-from packlab.resume import STATE_VERSION, Piece, ResumeError, ShardStream, epoch_pieces_left
+from packlab.resume import (
+    STATE_VERSION,
+    Piece,
+    ResumeError,
+    ShardStream,
+    epoch_pieces_left,
+    stream_state_without_byte_offsets,
+    without_byte_offsets,
+)
 from packlab.transforms import CorruptImageError, standard_transform
 
 #: Extensions every sample must have: the encoded image and its class label.
@@ -265,6 +273,42 @@ def open_shard(name: str, timeout: float = 60.0) -> BinaryIO:
         return open(path, "rb")
     except OSError as exc:
         raise ShardError(f"cannot open shard {name}: {exc.strerror}. Check the shard list or pattern.") from None
+
+
+class ShardOpener:
+    """The default ``opener=``: :func:`open_shard` for a whole shard, and ``open_from`` for a part of one.
+
+    ``open_from(name, offset, etag=None, end=None)`` opens a shard at byte ``offset``,
+    reading up to byte ``end`` (exclusive; None: to the end of the shard): a ``seek`` on a
+    local file, an HTTP ``Range: bytes=offset-(end - 1)`` request for a URL (chapter 10;
+    :meth:`packlab.objectstore.S3ShardOpener.open_from` does the same for ``s3://``). A tar
+    stream can start again at any member's header, so a reader that knows where a sample's
+    headers begin can read that sample alone (:func:`read_sample_spans`): resuming a
+    shuffle buffer (:mod:`packlab.resume`) then costs the buffered samples' bytes, not
+    their shards' from byte 0. ``etag`` is accepted for the openers' common signature; a
+    local file or a plain web server has none to check.
+    """
+
+    def __call__(self, name: str) -> BinaryIO:
+        return open_shard(name)
+
+    def open_from(self, name: str, offset: int, etag: str | None = None, end: int | None = None) -> BinaryIO:
+        scheme = urllib.parse.urlparse(name).scheme
+        if scheme in ("http", "https"):
+            wanted = f"bytes={offset}-{'' if end is None else end - 1}"
+            request = urllib.request.Request(name, headers={"Range": wanted})
+            try:
+                response = urllib.request.urlopen(request, timeout=60.0)
+            except (urllib.error.URLError, OSError) as exc:
+                raise ShardError(f"cannot open shard {name} at byte {offset:,}: {exc}. Is the server up?") from None
+            if offset and response.status != 206:
+                response.close()
+                raise ShardError(f"the server of {name} ignored the range request ({wanted}, answered "
+                                 f"{response.status}): it cannot resume a shard in the middle")
+            return response
+        stream = open_shard(name)
+        stream.seek(offset)
+        return stream
 
 
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
@@ -477,6 +521,88 @@ def iter_shard_samples(
         stream.close()
 
 
+class _CountingReader:
+    """Reads through to ``stream``, counting the bytes; stops after ``limit`` bytes and then adds tar's end marker.
+
+    With a ``limit`` the reader stands for the tar archive that holds exactly those bytes:
+    the members of a sample (or a run of samples) read from the middle of a shard, followed
+    by the two blocks of zeros :func:`iter_tar_members` insists on.
+    """
+
+    def __init__(self, stream: BinaryIO, limit: int | None = None):
+        self.stream, self.limit, self.count = stream, limit, 0
+        self._end_marker = b"" if limit is None else _END_OF_ARCHIVE
+
+    def read(self, size: int = -1) -> bytes:
+        if self.limit is not None and self.count >= self.limit:
+            chunk, self._end_marker = self._end_marker[:size], self._end_marker[size:]
+            return chunk
+        if self.limit is not None:
+            size = self.limit - self.count if size is None or size < 0 else min(size, self.limit - self.count)
+        chunk = self.stream.read(size)
+        self.count += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def iter_sample_spans(stream: BinaryIO, source: str, start: int = 0, limit: int | None = None,
+                      ) -> Iterator[tuple[RawSample, int, int]]:
+    """``(sample, begin, end)`` for the samples of a tar stream whose first byte is byte ``start`` of the shard.
+
+    ``begin`` is the byte where the sample's first header begins (long-name and pax headers
+    included), ``end`` where the next sample's begins (or where the last sample's last
+    member ends): the sample is exactly the shard's bytes ``[begin, end)``, and a tar
+    reader can start at ``begin``. :func:`group_samples` knows that a sample is complete
+    only when it has read the first member of the next one, so the begin of each key's
+    first member is noted as the members go by. With ``limit``, only that many bytes are
+    read from ``stream`` (see :class:`_CountingReader`).
+    """
+    counted = _CountingReader(stream, limit)
+    begins: collections.deque = collections.deque()  # (key, byte) of each sample whose first member was read
+    last = {"end": start, "finished": False}
+
+    def members():
+        position = start
+        for name, payload in iter_tar_members(counted, source):
+            key = split_key(name)[0]
+            if not begins or begins[-1][0] != key:
+                begins.append((key, position))
+            position = last["end"] = start + counted.count
+            yield name, payload
+        last["finished"] = True
+
+    for sample in group_samples(members(), source):
+        _, begin = begins.popleft()
+        yield sample, begin, (last["end"] if last["finished"] else begins[0][1])
+
+
+def read_sample_spans(shard: str, opener: Callable[[str], BinaryIO] = open_shard, begin: int = 0,
+                      end: int | None = None) -> Iterator[tuple[RawSample, int, int]]:
+    """``(sample, begin, end)`` for the samples of ``shard`` between bytes ``begin`` and ``end`` (None: its end).
+
+    From byte 0 to the end this reads the shard as :func:`iter_shard_samples` does. Anything
+    else needs an opener with ``open_from`` (:class:`ShardOpener`, S3's) and a ``begin`` and
+    ``end`` that fall on sample boundaries, as :func:`iter_sample_spans` reported them: then
+    only those bytes are requested and read. Not for compressed shards, whose byte offsets
+    are the compressed stream's.
+    """
+    whole = begin == 0 and end is None
+    if not whole and not hasattr(opener, "open_from"):
+        raise ShardError(f"cannot read shard {shard} from byte {begin:,}: the opener {opener!r} has no open_from")
+    stream = opener(shard) if whole else opener.open_from(shard, begin, end=end)
+    try:
+        found = False
+        for item in iter_sample_spans(stream, shard, begin, None if end is None else end - begin):
+            found = True
+            yield item
+        if not found and whole:
+            raise ShardError(f"shard {shard} holds no samples (no .jpg + .cls pairs)")
+    finally:
+        stream.close()
+
+
 def count_samples(shard: str | Path) -> int:
     """Number of samples (``.jpg`` members) in a local shard, from its headers alone.
 
@@ -575,6 +701,12 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
     ``rank``/``world_size`` default to this process's place in ``torch.distributed``
     (or torchrun's environment variables), read when the dataset is created.
 
+    ``opener(name)`` opens a shard for reading (default :class:`ShardOpener`: local paths,
+    ``file://`` and ``http(s)://`` URLs; :class:`packlab.objectstore.S3ShardOpener` for
+    ``s3://``). With an ``open_from`` method, as both have, a resumed reader reads only the
+    bytes of the samples it still owes (:mod:`packlab.resume`); without, it reads the
+    shards it needs from byte 0.
+
     Every epoch checks that each reader gets at least one shard and that ranks get equal
     shares (:func:`check_shard_split`); call :meth:`check_split` yourself to fail even
     earlier. ``epoch_length=N`` switches to resampling: each rank draws shards at random,
@@ -614,7 +746,7 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         world_size: int | None = None,
         split_by_worker: bool = True,
         epoch_length: int | None = None,
-        opener: Callable[[str], BinaryIO] = open_shard,
+        opener: Callable[[str], BinaryIO] | None = None,
         on_bad_sample: str = "raise",
     ):
         super().__init__()
@@ -639,7 +771,7 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         self.return_key = return_key
         self.split_by_worker = split_by_worker
         self.epoch_length = epoch_length
-        self.opener = opener
+        self.opener = ShardOpener() if opener is None else opener
         self._epoch = SharedEpoch()
 
     @property
@@ -677,6 +809,36 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         if not self.skipping:
             return iter_shard_samples(shard, self.opener)
         return self._good_samples(shard)
+
+    def _shard_spans(self, shard: str, begin: int = 0, end: int | None = None,
+                     ) -> Iterator[tuple[RawSample, int | None, int | None]]:
+        """``(sample, begin, end)`` for the samples of one shard between those bytes (the reader of a ShardStream).
+
+        Byte spans are known where the shard can be read from an offset (an opener with
+        ``open_from``, an uncompressed shard, the raising mode, and ``_shard_samples`` not
+        overridden by a subclass that reads shards its own way); elsewhere ``begin`` and
+        ``end`` are None and a resume reads such shards from byte 0.
+        """
+        if not self._ranged(shard):
+            if begin or end is not None:
+                raise ResumeError(f"shard {shard} cannot be read from byte {begin:,} with {self.opener!r}")
+            yield from ((sample, None, None) for sample in self._shard_samples(shard))
+            return
+        try:
+            yield from read_sample_spans(shard, self.opener, begin, end)
+        except ShardError as exc:
+            if begin == 0 and end is None:
+                raise
+            raise ResumeError(f"shard {shard}, from byte {begin:,}: {exc} The shard changed since the state was "
+                              "saved: resume only with the shards the state was saved with.") from None
+
+    def _can_range(self) -> bool:
+        """Whether this dataset can read a part of a shard: an opener with ``open_from``, and shards read as here."""
+        return (hasattr(self.opener, "open_from") and not self.skipping
+                and type(self)._shard_samples is TarShardDataset._shard_samples)
+
+    def _ranged(self, shard: str) -> bool:
+        return self._can_range() and not shard.endswith((".gz", ".tgz"))
 
     def _good_samples(self, shard: str) -> Iterator[RawSample]:
         """Skip mode: one shard's samples, leaving out bad ones instead of raising.
@@ -785,19 +947,21 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         if resumed is not None and resumed.get("kind") == "reader":
             reader["share"] = resumed["share"]
             if resumed["stream"] is not None:
-                return reader, ShardStream.restore(resumed["stream"], self._shard_samples)
+                saved = resumed["stream"] if self._can_range() else stream_state_without_byte_offsets(resumed["stream"])
+                return reader, ShardStream.restore(saved, self._shard_spans)
             pieces = [Piece(s) for s in resumed["share"]]
         elif resumed is not None:  # an epoch state from another layout: split what is left between our readers
             index = self.rank * num_workers + worker_id
             pieces = epoch_pieces_left(resumed)[index :: self.world_size * num_workers]
+            pieces = pieces if self._can_range() else without_byte_offsets(pieces)
             reader["share"] = sorted({p.shard for p in pieces})
             rng = random.Random(f"resumed-{self.seed}-{epoch}-{self.rank}-{worker_id}")
-            return reader, ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
+            return reader, ShardStream(pieces, self._shard_spans, self.shuffle_buffer, rng)
         else:
             reader["share"] = self.shards_for(worker_id, num_workers, epoch)
             pieces = [Piece(s) for s in reader["share"]]
         rng = random.Random(f"buffer-{self.seed}-{epoch}-{self.rank}-{worker_id}")
-        return reader, ShardStream(pieces, self._shard_samples, self.shuffle_buffer, rng)
+        return reader, ShardStream(pieces, self._shard_spans, self.shuffle_buffer, rng)
 
     def state_dict(self) -> dict:
         """Where this process's reader stands in the epoch, at sample granularity (plain lists and numbers).
@@ -837,8 +1001,13 @@ class TarShardDataset(IterableDataset, RawSampleDecoding):
         :func:`packlab.resume.epoch_state`, which works with any number of workers and ranks.
         In the main process this also sets the epoch to the state's.
         """
-        if state.get("version") != STATE_VERSION or state.get("kind") not in ("reader", "epoch"):
-            raise ResumeError(f"not a TarShardDataset state of version {STATE_VERSION}: {sorted(state)[:6]}")
+        if state.get("kind") not in ("reader", "epoch"):
+            raise ResumeError(f"not a TarShardDataset state (keys {sorted(state)[:6]}): pass what state_dict() or "
+                              "packlab.resume.epoch_state returned")
+        if state.get("version") != STATE_VERSION:
+            raise ResumeError(f"this state has layout version {state.get('version')}, this packlab reads version "
+                              f"{STATE_VERSION} (byte offsets were added in version 2): resume with the packlab that "
+                              "saved it, or start the epoch again")
         if state["kind"] == "reader" and state["seed"] != self.seed:
             raise ResumeError(f"the state was saved with seed={state['seed']}, this dataset has seed={self.seed}")
         self._saved_state = state

@@ -1,8 +1,8 @@
 """Checks of exercise 11 (``11_resumable_reader``): a shard reader whose position survives a kill.
 
 The candidate is an ``IterableDataset`` class ``ResumableShardReader(shards,
-shuffle_buffer=0, seed=0, transform=None, return_key=False)`` with ``state_dict()`` and
-``load_state_dict(state)``. Every part reads through torchdata's ``StatefulDataLoader``,
+shuffle_buffer=0, seed=0, transform=None, return_key=False)`` with ``set_epoch(epoch)``,
+``state_dict()`` and ``load_state_dict(state)``. Every part reads through torchdata's ``StatefulDataLoader``,
 which calls ``state_dict()`` in whichever process reads (the main process, or each
 worker) after every batch and hands each reader its own state back on resume. A part
 stops an epoch after some batches, takes ``loader.state_dict()``, and reads the rest with
@@ -10,10 +10,17 @@ a new dataset and a new loader that loaded it; the two parts of the epoch togeth
 hold every sample exactly once (SHA-256 of the JPEG bytes against the manifest), and in
 the order of an uninterrupted epoch. One part chains runs of one batch each with two
 workers, so that in every run one worker delivers nothing and is saved with the answer its
-``state_dict()`` gave right after ``load_state_dict()``. The last two parts cross a real kill: the
+``state_dict()`` gave right after ``load_state_dict()``. Two parts cross a real kill: the
 epoch runs in a child process (and its DataLoader workers, ``fork`` or ``spawn``), which
 saves ``loader.state_dict()`` with ``torch.save`` after every batch and is killed with
-SIGKILL, process group and all; the rest is read from the saved file.
+SIGKILL, process group and all; the rest is read from the saved file. The epoch parts
+resume a state taken at the end of epoch 0 with persistent workers and go on into epoch 1
+(which must come whole, in epoch 1's own order), and give a state of epoch 0 to epoch 1
+(which must be refused). The last part sends SIGTERM to the whole process group of a
+training loop that checkpoints on SIGTERM, at a random moment of its third step (a long
+one, while both workers, mid-share, prefetch): the workers must survive it (the loop, not
+they, decides), and the checkpoint written on the way out must resume to the rest of the
+epoch, every sample once (the order is the same_order part's business).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import random
 import signal
 import time
 import traceback
@@ -56,15 +64,23 @@ def _dataset(ctx: Context, cls=None, **options):
     return attempt(cls, ctx.name, ctx.fixtures["shards"], **options)
 
 
-def _loader(ctx: Context, dataset, workers: int = 0, method: str | None = None, batch_size: int = BATCH):
+def _loader(ctx: Context, dataset, workers: int = 0, method: str | None = None, batch_size: int = BATCH,
+            persistent: bool = False):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     options = {"batch_size": batch_size}
     if workers:
-        options.update(num_workers=workers, multiprocessing_context=method,
+        options.update(num_workers=workers, multiprocessing_context=method, persistent_workers=persistent,
                        timeout=ctx.loader_timeout + (ctx.startup_timeout if method != "fork" else 0))
     return StatefulDataLoader(dataset, **options)
+
+
+def _set_epoch(dataset, epoch: int) -> None:
+    try:
+        dataset.set_epoch(epoch)
+    except Exception as exc:
+        raise PartFailed(f"dataset.set_epoch({epoch}) raised {describe(exc)}") from exc
 
 
 def _read(ctx: Context, loader, stop_after: int | None = None, what: str = "the epoch") -> list[str]:
@@ -130,7 +146,7 @@ def _sample_granularity(ctx: Context) -> str:
     _exactly_once(ctx, first, rest, "no workers, no shuffle, stopped after 3 batches of 5")
     whole = _read(ctx, _loader(ctx, _dataset(ctx)))
     if first + rest != whole:
-        raise PartFailed("every sample came once, but not in the shards' order: resume where the stream stopped")
+        raise PartFailed("every sample came once, but not in the stream's order: resume where the stream stopped")
     return f"stopped after {len(first)} samples (not a multiple of 8), resumed: the other {len(rest)}, each once, in order"
 
 
@@ -263,14 +279,187 @@ def _killed(ctx: Context, method: str) -> str:
     return f"killed (SIGKILL) after {len(saved['keys'])} samples; the saved state gave the other {len(rest)}, each once"
 
 
+# ------------------------------------------------------------------------------ epochs
+
+
+def _epoch_order(ctx: Context, epoch: int) -> list[str]:
+    """Epoch ``epoch`` read whole by a new loader (2 fork workers, a buffer of 20)."""
+    dataset = _dataset(ctx, shuffle_buffer=20)
+    _set_epoch(dataset, epoch)
+    return _read(ctx, _loader(ctx, dataset, workers=2, method="fork"), what=f"epoch {epoch}")
+
+
+def _two_epochs(ctx: Context) -> str:
+    """A run stopped after the last batch of epoch 0, resumed with persistent workers, then epoch 1."""
+    expected = {epoch: _epoch_order(ctx, epoch) for epoch in (0, 1)}
+    if expected[0] == expected[1]:
+        raise PartFailed("epochs 0 and 1 came in the same order: the stream must be drawn from the epoch "
+                         "(stream(worker, workers, epoch) with the epoch set_epoch gave)")
+    batches = -(-len(ctx.fixtures["samples"]) // BATCH) // 2 * 2  # every batch of the epoch, both workers'
+    dataset = _dataset(ctx, shuffle_buffer=20)
+    _set_epoch(dataset, 0)
+    loader = _loader(ctx, dataset, workers=2, method="fork", persistent=True)
+    first = _read(ctx, loader, stop_after=batches, what="epoch 0")
+    state = _state(ctx, loader)
+    del loader
+    dataset = _dataset(ctx, shuffle_buffer=20)
+    _set_epoch(dataset, 0)
+    resumed = _loader(ctx, dataset, workers=2, method="fork", persistent=True)
+    try:
+        resumed.load_state_dict(state)
+    except Exception as exc:
+        raise PartFailed(f"loader.load_state_dict(saved) raised {describe(exc)}") from exc
+    rest = _read(ctx, resumed, what="the rest of epoch 0 after the resume")
+    _exactly_once(ctx, first, rest, "epoch 0, stopped after its last batch and resumed")
+    _set_epoch(dataset, 1)
+    try:
+        second = _read(ctx, resumed, what="epoch 1 after the resume (the same persistent workers)")
+    except PartFailed as exc:
+        raise PartFailed(f"{exc}. A loaded state belongs to the pass it resumes: use it once") from None
+    if second == expected[0][:len(second)] or second[:BATCH] == expected[0][:BATCH]:
+        raise PartFailed("with persistent workers, epoch 1 came in epoch 0's order: set_epoch(1) in the training "
+                         "process did not reach the workers, which keep the copy of the dataset they started with")
+    _exactly_once(ctx, second, [], "epoch 1 after the resume, with persistent workers")
+    if second != expected[1]:
+        raise PartFailed("epoch 1 after the resume came in another order than a new loader's epoch 1: the resumed "
+                         "state of epoch 0 must not change epoch 1")
+    return (f"stopped after epoch 0's last batch ({len(first)} samples), resumed: {len(rest)} left, then epoch 1 "
+            "whole, in its own order, with persistent workers")
+
+
+def _other_epoch(ctx: Context) -> str:
+    """A state saved in epoch 0 after 3 batches, given to a reader in epoch 1: it must be refused."""
+    dataset = _dataset(ctx, shuffle_buffer=20)
+    _set_epoch(dataset, 0)
+    loader = _loader(ctx, dataset, batch_size=5)
+    _read(ctx, loader, stop_after=3, what="epoch 0")
+    state = _state(ctx, loader)
+    later = _dataset(ctx, shuffle_buffer=20)
+    _set_epoch(later, 1)
+    resumed = _loader(ctx, later)
+    try:
+        resumed.load_state_dict(state)
+        keys = [str(k) for batch in resumed for k in batch[2]]
+    except Exception as exc:  # refused: what we want, with a message that says why
+        if "epoch" not in str(exc).lower():
+            raise PartFailed(f"a state of epoch 0 given to epoch 1 raised {describe(exc)}, which does not say that "
+                             "the epochs differ: name both") from exc
+        return f"a state of epoch 0 given to epoch 1 was refused: {str(exc)[:120]}"
+    raise PartFailed(f"a state saved in epoch 0 (after 15 samples) was applied to epoch 1, which then delivered "
+                     f"{len(keys)} of its {len(ctx.fixtures['samples'])} samples: the others were skipped although "
+                     "nobody saw them. Keep the epoch in the state and refuse a state of another epoch")
+
+
+# -------------------------------------------------------------- SIGTERM to the process group
+
+
+STOPPED = 3  # the training loop's exit status after a checkpoint written on SIGTERM
+
+
+def _train_until_signalled(cls, shards: list[str], checkpoint: str, failure: str, progress: str,
+                           timeout: float) -> None:
+    """Body of a training loop in a child process: 2 fork workers, a buffer of 20; SIGTERM -> checkpoint, exit 3."""
+    os.setpgid(0, 0)  # its own group: a signal to the group reaches the workers too
+    stop = []
+    signal.signal(signal.SIGTERM, lambda number, frame: stop.append(number))
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        warnings.filterwarnings("ignore")
+        dataset = cls(shards, shuffle_buffer=20, seed=0, transform=sha256_transform, return_key=True)
+        loader = StatefulDataLoader(dataset, batch_size=BATCH, num_workers=2, multiprocessing_context="fork",
+                                    timeout=timeout)
+        keys: list[str] = []
+        batches = iter(loader)
+        for step, (_, _, batch) in enumerate(batches, start=1):
+            keys += [str(k) for k in batch]
+            Path(progress).write_text(str(step))
+            # A long step (the model's compute) after the second: the workers, mid-share, keep prefetching
+            # meanwhile, and the signal comes during it, however late a busy machine lets the grader send it.
+            until = time.monotonic() + (timeout if step == 2 else 0.05)
+            while not stop and time.monotonic() < until:
+                time.sleep(0.01)
+            if stop:
+                torch.save({"keys": keys, "state": loader.state_dict()}, checkpoint)
+                _fail_if_a_worker_was_killed(batches)
+                os._exit(STOPPED)
+        Path(failure).write_text("the epoch ended before the signal came")
+    except BaseException:  # noqa: BLE001 - reported to the part, which fails with it
+        Path(failure).write_text(traceback.format_exc())
+    os._exit(1)
+
+
+def _fail_if_a_worker_was_killed(batches, wait: float = 0.5) -> None:
+    """Raise if a DataLoader worker of ``batches`` died of a signal (after ``wait`` s for a late death to show).
+
+    A worker killed by the signal makes torch's SIGCHLD handler raise in the training loop,
+    but only when the kernel has delivered SIGCHLD: a loop that writes its checkpoint and
+    exits within milliseconds can be gone first. ``waitid`` with ``WNOWAIT`` looks without
+    reaping, so torch's own check still sees the death.
+    """
+    time.sleep(wait)
+    for worker in getattr(batches, "_workers", []):
+        found = os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if found is not None and found.si_code == os.CLD_KILLED:
+            raise RuntimeError(f"DataLoader worker (pid {worker.pid}) is killed by signal: "
+                               f"{signal.Signals(found.si_status).name}")
+
+
+def _sigterm_group(ctx: Context) -> str:
+    folder = ctx.scratch("sigterm")
+    checkpoint, failure, progress = (str(folder / name) for name in ("checkpoint.pt", "failure.txt", "progress"))
+    timeout = ctx.loader_timeout
+    child = multiprocessing.get_context("fork").Process(
+        target=_train_until_signalled, args=(ctx.candidate, ctx.fixtures["shards"], checkpoint, failure, progress,
+                                             timeout))
+    child.start()
+    deadline = time.monotonic() + timeout
+    delay = random.uniform(0.0, 0.3)
+    try:
+        # Both workers have run their __iter__ once each has delivered a batch: the second step is the long one.
+        while not (Path(progress).exists() and Path(progress).read_text() not in ("", "1")):
+            if Path(failure).exists() or not child.is_alive():
+                break
+            if time.monotonic() > deadline:
+                raise PartFailed(f"the first 2 batches with 2 fork workers did not arrive within {timeout:.0f} s")
+            time.sleep(0.01)
+        else:
+            time.sleep(delay)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+        # Not child.join(): its DataLoader workers hold the child's sentinel pipe open until they notice
+        # that it is gone (every 5 s); the exit status is there as soon as the child itself has ended.
+        while child.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.join(30)
+    if Path(failure).exists():
+        last = [line for line in Path(failure).read_text().strip().splitlines() if line.strip()][-1]
+        if "killed by signal" in last or "exited unexpectedly" in last:
+            raise PartFailed(f"SIGTERM to the training loop's process group killed a DataLoader worker, and the loop "
+                             f"failed instead of writing its checkpoint: {last}")
+        raise PartFailed(f"the training loop failed: {last}")
+    if child.exitcode != STOPPED:
+        raise PartFailed(f"the training loop ended with status {child.exitcode}, not {STOPPED} after its checkpoint")
+    saved = torch.load(checkpoint, weights_only=False)
+    rest = _resumed(ctx, saved["state"], workers=2, method="fork", shuffle_buffer=20)
+    _exactly_once(ctx, saved["keys"], rest, "SIGTERM to the process group, resumed with 2 fork workers")
+    return (f"SIGTERM to the process group {delay:.2f} s into the third step: checkpoint after "
+            f"{len(saved['keys'])} samples, the other {len(rest)} after the resume, each once")
+
+
 register(
     "resumable_reader",
     "11_resumable_reader",
-    "a tar shard reader whose state_dict() says where each reader stands, sample by sample, and survives a kill",
-    "ResumableShardReader(shards, shuffle_buffer=0, seed=0, transform=None, return_key=False) with state_dict() "
-    "and load_state_dict(state): an IterableDataset (worker w of W reads shards[w::W], through a shuffle buffer of "
-    "shuffle_buffer) that, loaded with a state saved mid-epoch, delivers exactly the samples not yet delivered, in "
-    "the uninterrupted order; read through torchdata's StatefulDataLoader",
+    "a tar shard reader whose state_dict() says where each reader stands, sample by sample and epoch by epoch, and "
+    "survives a kill and a scheduler's SIGTERM",
+    "ResumableShardReader(shards, shuffle_buffer=0, seed=0, transform=None, return_key=False) with set_epoch(epoch), "
+    "state_dict() and load_state_dict(state): an IterableDataset (in epoch e, worker w of W reads its shards of "
+    "e's order through a shuffle buffer of shuffle_buffer) that, loaded with a state saved mid-epoch, delivers "
+    "exactly the samples not yet delivered, in the uninterrupted order; refuses a state of another epoch; and "
+    "whose DataLoader workers ignore SIGTERM; read through torchdata's StatefulDataLoader",
     _fixtures,
     [
         ("sample_granularity", "stopped after 15 samples (3 batches of 5), no workers: the rest, each once, in order",
@@ -291,5 +480,15 @@ register(
         ("killed_spawn", "2 spawn workers, SIGKILL after 3 batches, resumed: every sample once",
          "the state must be plain data (ints, strings, lists, dicts) that torch.save can write; keep the class and "
          "its imports in one cell", functools.partial(_killed, method="spawn")),
+        ("two_epochs", "stopped after epoch 0's last batch, resumed with persistent workers, then epoch 1: whole, "
+         "in its own order", "keep the epoch in a SharedEpoch (set in set_epoch, read in __iter__), and use a loaded "
+         "state for one pass only", _two_epochs),
+        ("other_epoch", "a state saved in epoch 0, given to a reader in epoch 1: refused with an error naming the "
+         "epochs", "save the epoch in state_dict() and compare it in __iter__ with the epoch being read",
+         _other_epoch),
+        ("sigterm_group", "SIGTERM to a training loop's whole process group at a random moment of a step (buffer of "
+         "20, 2 fork workers): the loop checkpoints, the rest resumes, every sample once",
+         "in a worker (get_worker_info() is not None), signal.signal(signal.SIGTERM, signal.SIG_IGN) and the same "
+         "for SIGUSR1, before reading", _sigterm_group),
     ],
 )

@@ -157,6 +157,10 @@ NUDGES: dict[str, dict[str, str]] = {
         "one_batch_per_run": "chapter 12: a resumed worker that has sent no batch yet, where is it saved?",
         "killed_fork": "each worker reads its own shards: whose position is saved, and where does it live?",
         "killed_spawn": "what is saved must survive being written to a file and read back in a new process",
+        "two_epochs": "chapter 5: which copy of the dataset does a persistent worker read, and when does it see "
+                      "set_epoch?",
+        "other_epoch": "a position in epoch 0 says nothing about epoch 1: how would the reader know which it holds?",
+        "sigterm_group": "chapter 12: when the scheduler signals every process of the job, who should decide to stop?",
     },
     "interleaved_shuffle": {
         "one_process": "each shard is a stream of samples: which helper reads one, and through which opener?",
