@@ -226,7 +226,9 @@ def time_per_item(fn: Callable, items: Sequence, repeat: int = 1) -> float:
 # of several runs of each contender, interleaved (A, B, A, B, ... rather than A, A, A,
 # B, B, B) so that a busy minute hits every contender alike, and it is called "clear"
 # only when an exact rank test says that such a split of the runs would rarely happen by
-# chance (see compare()).
+# chance (see compare()). That test assumes the runs of two equal contenders are
+# exchangeable; interleaving alone does not make them so when the *position* in a round
+# matters, which is why interleaved() also counterbalances the order (see round_orders()).
 
 
 @dataclass(frozen=True)
@@ -285,25 +287,102 @@ class Spread:
 
 
 #: Rounds of :func:`interleaved` unless told otherwise: the fewest with which :func:`compare`
-#: can call a 1.3x difference clear most of the time (see its docstring).
+#: can call a 1.3x difference clear most of the time (see its docstring). With more than two
+#: contenders :func:`default_rounds` rounds it up to a whole number of balanced blocks.
 ROUNDS = 6
+#: How :func:`interleaved` orders the contenders within each round.
+ORDERS = ("balanced", "shuffled", "fixed")
 
 
-def interleaved(runs: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, Spread]:
-    """Call every function of ``runs`` once per round, in turn, for ``rounds`` rounds: ``{name: Spread}``.
+def balanced_block(count: int) -> list[list[int]]:
+    """Rows of a Williams design for ``count`` contenders: the orders of one balanced block of rounds.
+
+    In a block every contender runs in every position equally often, and (for an even
+    ``count``; for an odd one the block is the square and its mirror, twice as long) every
+    contender runs right after every other equally often. So whatever a position costs
+    (the first run of a round meets a colder cache) or a predecessor leaves behind (a
+    multi-process ceiling just before a loader), each contender pays it equally.
+    """
+    if count < 1:
+        raise ValueError("a block needs at least one contender")
+    first, low, high = [0], 1, count - 1
+    while len(first) < count:  # 0, 1, n-1, 2, n-2, ...: each difference between neighbours once
+        first.append(low)
+        low += 1
+        if len(first) < count:
+            first.append(high)
+            high -= 1
+    rows = [[(value + shift) % count for value in first] for shift in range(count)]
+    if count % 2 and count > 1:
+        rows += [row[::-1] for row in rows]
+    return rows
+
+
+def default_rounds(count: int, at_least: int = ROUNDS) -> int:
+    """Rounds for ``count`` contenders: at least ``at_least``, a whole number of balanced blocks where that
+    costs at most one block more than ``at_least`` (2 or 3 contenders: 6; 4: 8; 5: 10), else ``at_least``."""
+    block = len(balanced_block(count)) if count > 1 else 1
+    rounded = -(-at_least // block) * block
+    return rounded if rounded - at_least < block and rounded <= 2 * at_least else at_least
+
+
+def round_orders(count: int, rounds: int, order: str = "balanced", seed: int | None = 0) -> list[list[int]]:
+    """The order of ``count`` contenders (0 … count-1) in each of ``rounds`` rounds.
+
+    * ``"balanced"``: whole blocks of :func:`balanced_block`, each with the contenders dealt
+      to its symbols at random and its rows shuffled (seeded by ``seed``; ``None`` draws a
+      fresh seed). Every contender runs in every position equally often when ``rounds`` is
+      a multiple of the block (:func:`default_rounds`), and as nearly so as the rounds allow
+      otherwise.
+    * ``"shuffled"``: a fresh random order each round. The positions then even out only on
+      average, so a position effect still leaks into the verdicts (chapter 1 measures how often).
+    * ``"fixed"``: the order the contenders were given, every round, for a caller whose
+      measurement needs it (and says why).
+    """
+    import random
+
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    if order == "fixed" or count < 2:
+        return [list(range(count)) for _ in range(rounds)]
+    rng = random.Random(seed)
+    if order == "shuffled":
+        return [rng.sample(range(count), count) for _ in range(rounds)]
+    orders: list[list[int]] = []
+    while len(orders) < rounds:
+        symbols = rng.sample(range(count), count)  # which contender plays symbol 0, 1, ...
+        block = [[symbols[v] for v in row] for row in balanced_block(count)]
+        rng.shuffle(block)
+        orders += block
+    return orders[:rounds]
+
+
+def interleaved(runs: dict[str, Callable[[], float]], rounds: int | None = None, order: str = "balanced",
+                seed: int | None = 0) -> dict[str, Spread]:
+    """Call every function of ``runs`` once per round for ``rounds`` rounds, in counterbalanced order: ``{name: Spread}``.
 
     Each function returns one number (images/s, seconds, ...), e.g.
-    ``lambda: time_loader(make_loader(), epochs=1).images_per_s``. The default of
-    :data:`ROUNDS` runs is what :func:`compare` needs to call a real 1.3x difference
-    clear; with fewer, it says "no clear difference" more often, and with fewer than
-    five it never says anything else.
+    ``lambda: time_loader(make_loader(), epochs=1).images_per_s``.
+
+    Why the order changes from round to round: :func:`compare` asks whether the runs of
+    two contenders are split more unevenly than chance would split runs that are
+    exchangeable. If A always ran first and B second, anything the first position costs
+    (a colder cache, a machine whose load falls while a cell runs) would go to A every
+    time and split two equal contenders 6:0. So by default (``order="balanced"``, see
+    :func:`round_orders`) every contender runs in every position, and after every other
+    contender, equally often; a plain random order per round is not enough (chapter 1
+    measures both). ``rounds`` defaults to :func:`default_rounds`: six for two or three
+    contenders, enough for :func:`compare` to call a real 1.3x difference clear; with
+    fewer than five runs it can never call anything clear.
     """
+    names = list(runs)
+    rounds = default_rounds(len(names)) if rounds is None else rounds
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    values: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            values[name].append(float(run()))
+    values: dict[str, list[float]] = {name: [] for name in names}
+    for turn in round_orders(len(names), rounds, order, seed):
+        for index in turn:
+            values[names[index]].append(float(runs[names[index]]()))
     return {name: Spread(tuple(v)) for name, v in values.items()}
 
 
@@ -403,13 +482,16 @@ def compare(a: Spread, b: Spread) -> int:
     * the medians differ by at least :data:`MIN_RATIO` (5 %): below that a difference
       decides nothing about a loader, and printed as "1.0x" it reads as none.
 
-    Why six runs each (:data:`ROUNDS`): the rank test cannot reach 2 % with fewer than
-    five, and with five it needs a clean sweep, which a real 1.3x difference under 10 %
-    noise gives only about 78 % of the time; with six it may lose up to three of the 36
-    pairs, and finds the same difference about 90 % of the time while calling two equal
-    contenders different about 1.5 % of the time (``tests/test_bench.py`` simulates
-    both). The old rule, ranges of three runs that do not overlap, called equal
-    contenders different 10 % of the time.
+    Why six runs each (:data:`ROUNDS`): with four runs each the most uneven split (a clean
+    sweep) still happens to equal contenders 2 times in 70, about 2.9 %, so fewer than
+    five runs can never be called clear. Five runs each may lose one of their 25 pairs
+    (a chance of 4 in 252, 1.6 %); six may lose three of their 36. Under 10 % noise that
+    finds a real 1.3x difference most of the time at five runs and more often at six,
+    while calling two equal contenders different under 2 % of the time (chapter 1 computes
+    both; ``tests/test_bench.py`` checks them, with and without a position effect). The
+    test needs runs that are exchangeable when nothing differs: :func:`interleaved`
+    counterbalances their order for that. The old rule, ranges of three runs that do not
+    overlap, called equal contenders different 10 % of the time.
     """
     if chance_of_split(a.values, b.values) > FALSE_CLEAR_RATE:
         return 0

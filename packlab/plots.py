@@ -288,6 +288,28 @@ def plot_shuffle_quality(
     return _finish(fig, caption)
 
 
+def plot_verdict_rates(rates: Mapping[str, Mapping[float, Mapping[str, float]]], bound: float, ax=None,
+                       caption: str | None = None):
+    """Grouped bars: for each order of the runs (a group of bars per penalty), how often equal contenders
+    were called different; ``rates[order][penalty]["equal called different"]`` is a share; a dashed line at ``bound``."""
+    fig, ax = _fig_ax(ax, (8.0, 3.8))
+    orders = list(rates)
+    penalties = list(next(iter(rates.values())))
+    width = 0.8 / len(penalties)
+    for j, penalty in enumerate(penalties):
+        heights = [100 * rates[order][penalty]["equal called different"] for order in orders]
+        xs = [i + (j - (len(penalties) - 1) / 2) * width for i in range(len(orders))]
+        bars = ax.bar(xs, heights, width, color=PALETTE[j], hatch=HATCHES[j], edgecolor="#333333",
+                      label=f"first run of a round {100 * penalty:.0f} % slower")
+        ax.bar_label(bars, labels=[f"{h:.1f}" for h in heights], fontsize=SMALL, padding=2)
+    ax.axhline(100 * bound, color=GREY, linestyle="--", linewidth=1.2)
+    ax.set_xticks(range(len(orders)), [f"order: {order}" for order in orders])
+    ax.set_ylabel("equal contenders called\nclearly different (%)")
+    ax.legend(loc="upper right")
+    ax.set_ylim(0, max(100 * bound * 2, ax.get_ylim()[1] * 1.15))
+    return _finish(fig, caption)
+
+
 def plot_stage_costs(stages: Mapping[str, float], ax=None, title: str | None = None, caption: str | None = None):
     """Where the time goes: one horizontal bar per pipeline stage, in microseconds per image.
 

@@ -38,7 +38,7 @@ from packlab.loaders import tar as tarloader
 from packlab.loaders.tar import ShardError, skip_decode
 from packlab.transforms import CorruptImageError
 
-TIMEOUT = 60  # seconds a DataLoader waits for a worker's batch before failing the test
+TIMEOUT = 120  # seconds a DataLoader waits for a worker's batch before failing the test (spawn start-up on a busy 2-core machine included)
 START_METHODS = ["fork", "spawn", "forkserver"]
 
 # forkserver workers fork from a server that has imported these once (see test_start_methods.py).

@@ -122,8 +122,9 @@ def test_error_kinds_counts_the_read_that_was_spoiled():
 
 
 def test_the_simulation_sentence_and_small_helpers():
-    text = ch01.simulation_sentence({"old": (0.101, 0.6), "new": (0.014, 0.9)})
-    assert "10.1 %" in text and "1.4 %" in text and "90 %" in text
+    text = ch01.simulation_sentence({"old: 3 runs each, ranges": (0.101, 0.6), "course: 5 runs each, compare": (0.012, 0.8),
+                                     "course: 6 runs each, compare": (0.014, 0.9)})
+    assert "10.1 %" in text and "1.2 % and 1.4 %" in text and "80 % and 90 %" in text and "5 runs each and 6" in text
     assert ch01.split_chance(BASE, BASE) == "1.00"
     assert "ms more per image" in ch01.gap_sentence(0.001) and "no slower" in ch01.gap_sentence(-0.001)
     assert ch00.size_against_imagenet(1.0) == "about the same as ImageNet's"
@@ -134,3 +135,38 @@ def test_the_simulation_sentence_and_small_helpers():
 def test_a_single_run_is_reported_without_a_verdict():
     text = ch04.spawn_start_sentence(5.3, 1.1)
     assert "5.3 s" in text and "4.2 s more" in text and "one run of each" in text and not claims_clear(text)
+
+
+def test_the_few_runs_sentence_counts_the_lost_pairs_exactly():
+    from math import comb
+
+    assert ch01.lost_pairs_chance(4, 0) == pytest.approx(2 / comb(8, 4))
+    assert ch01.lost_pairs_chance(5, 1) == pytest.approx(4 / comb(10, 5))  # the review's 4/252: clear at 2 %
+    text = ch01.few_runs_sentence()
+    assert "four runs can never be called clear" in text and "2.9 %" in text
+    assert "Five runs each may lose 1 of their 25 pairs (a chance of 1.6 %)" in text
+    assert "six may lose 3 of their 36" in text
+
+
+def test_the_position_sentences_follow_the_verdicts():
+    clear = {"A": LOWER, "B": BASE}
+    same = {"A": SAME, "B": BASE}
+    text = ch01.position_sentence(clear, same)
+    assert "called A clearly slower, although both are one loader" in text and "saw no clear difference" in text
+    rates = {order: {0.0: {"equal called different": 0.015, "1.3x found": 0.9},
+                     0.15: {"equal called different": false, "1.3x found": 0.7}}
+             for order, false in (("fixed", 0.34), ("shuffled", 0.036), ("balanced", 0.002))}
+    text = ch01.position_simulation_sentence(rates, 0.02)
+    assert "fixed 34.0 % (beyond" in text and "shuffled 3.6 % (beyond" in text and "balanced 0.2 % (within" in text
+    assert "at or under the bound" in text and "70 % against 90 %" in text
+    rates["fixed"][0.0]["equal called different"] = 0.05
+    assert "above the bound" in ch01.position_simulation_sentence(rates, 0.02)
+
+
+def test_the_multiplicity_sentence_counts_the_verdicts_the_chapters_draw():
+    from packlab import paths
+
+    sites = ch01.verdict_sites(paths.repo_root())
+    assert sites["01_jpeg_files.md"] >= 5 and sum(sites.values()) >= 50
+    text = ch01.multiplicity_sentence({"a.md": 30, "b.md": 20}, 0.02)
+    assert "at 50 places" in text and "about 1.0 false" in text and '"' not in text

@@ -65,6 +65,7 @@ SOLUTION_CLASSES = {
     "05_shard_split": {"RankShardDataset": "workers", "shards_for": "helper"},
     "08_lmdb": {"LmdbDataset": "workers"},
     "11_resumable_reader": {"ResumableShardReader": "workers"},
+    "12_interleaved_shuffle": {"InterleavedShardReader": "workers"},
 }
 
 
@@ -78,18 +79,18 @@ def reference(small_root, small_manifest):
 
 @pytest.fixture(scope="module")
 def packed(small_root, small_manifest, tmp_path_factory):
-    """The small dataset as two zips, a raw-pixel folder, and tar shards in four disjoint quarters."""
+    """The small dataset as two zips, a raw-pixel folder, and tar shards in five disjoint parts of 12."""
     folder = tmp_path_factory.mktemp("packed")
-    quarters = [small_manifest[i : i + 15] for i in range(0, 60, 15)]
+    quarters = [small_manifest[i : i + 12] for i in range(0, 60, 12)]
     return {
         "jpeg_zip": pack.write_zip(folder / "jpeg.zip", members="jpeg", root=small_root, progress=False),
         "raw_zip": pack.write_zip(folder / "raw.zip", members="raw", root=small_root, progress=False),
         "raw_folder": pack.write_raw_folder(folder / "raw", root=small_root, progress=False),
         "lmdb": formats.write_lmdb(folder / "images.lmdb", root=small_root, progress_bar=False),
         "quarters": quarters,
-        # 3 shards of 5 per quarter: the 2 workers read 2 and 1 shards of every dataset (an uneven split).
+        # 3 shards of 4 per part: the 2 workers read 2 and 1 shards of every dataset (an uneven split).
         "shards": [
-            [str(p) for p in pack.write_tar_shards(folder / f"quarter-{i}", samples=part, root=small_root, maxcount=5,
+            [str(p) for p in pack.write_tar_shards(folder / f"quarter-{i}", samples=part, root=small_root, maxcount=4,
                                                    progress=False)]
             for i, part in enumerate(quarters)
         ],
@@ -174,7 +175,7 @@ def map_style(small_root, packed, solutions):
 @pytest.fixture(scope="module")
 def iterable(packed, solutions):
     """``{name: (dataset, the samples it must deliver)}``: each iterable dataset reads its own quarter."""
-    first, second, third, fourth = packed["shards"]
+    first, second, third, fourth, fifth = packed["shards"]
     return {
         "TarShardDataset": (TarShardDataset(first, return_key=True), packed["quarters"][0]),
         "solution 04 TarShardDataset": (
@@ -183,6 +184,9 @@ def iterable(packed, solutions):
             solutions["05_shard_split RankShardDataset"](third, 0, 1, return_key=True), packed["quarters"][2]),
         "solution 11 ResumableShardReader": (
             solutions["11_resumable_reader ResumableShardReader"](fourth, return_key=True), packed["quarters"][3]),
+        "solution 12 InterleavedShardReader": (
+            solutions["12_interleaved_shuffle InterleavedShardReader"](fifth, open_shards=2, return_key=True),
+            packed["quarters"][4]),
     }
 
 

@@ -91,6 +91,27 @@ def fixture_shards(name: str, samples: Sequence[data.Sample], maxcount: int) -> 
     return sorted(folder.glob("shard-*.tar"))
 
 
+#: The class-sorted fixture of exercise 12: training samples, held-out samples, samples per shard.
+CLASS_SORTED = {"train": 1000, "holdout": 500, "maxcount": 25, "seed": 12}
+
+
+def class_sorted_shards() -> tuple[list[Path], list[data.Sample], list[data.Sample]]:
+    """Tar shards of 1,000 samples written sorted by class (25 per shard), cached; with those samples (in class
+    order) and 500 others held out to measure a model's accuracy on."""
+    chosen = subset(CLASS_SORTED["train"] + CLASS_SORTED["holdout"], seed=CLASS_SORTED["seed"])
+    train = sorted(chosen[::3] + chosen[1::3], key=lambda s: (s.label, s.key))[: CLASS_SORTED["train"]]
+    kept = {s.key for s in train}
+    holdout = [s for s in chosen if s.key not in kept]
+    root = fixture_root()
+    folder = root / "class-sorted-1000-25"
+    done = folder / ".complete"
+    with locked(root):
+        if not done.exists():
+            pack.write_tar_shards(folder, samples=train, maxcount=CLASS_SORTED["maxcount"], shuffle=False, progress=False)
+            done.touch()
+    return sorted(folder.glob("shard-*.tar")), train, holdout
+
+
 def shard_of_key(shards: Sequence[Path]) -> dict[str, int]:
     """Which shard (by its position in ``shards``) holds each sample key."""
     out = {}

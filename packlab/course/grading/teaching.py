@@ -154,6 +154,16 @@ NUDGES: dict[str, dict[str, str]] = {
         "killed_fork": "each worker reads its own shards: whose position is saved, and where does it live?",
         "killed_spawn": "what is saved must survive being written to a file and read back in a new process",
     },
+    "interleaved_shuffle": {
+        "one_process": "each shard is a stream of samples: which helper reads one, and through which opener?",
+        "two_workers": "every worker runs __iter__ on its own copy: which part of this epoch's shard order is its own?",
+        "open_shards": "an open shard costs a handle, not its samples: how many may be open, and when does the next one open?",
+        "bounded_buffer": "a buffer that yields as it reads holds a fixed number of samples: does yours wait for the end?",
+        "epochs": "which numbers may decide the order, so that any process gets the same one, and a new epoch another?",
+        "persistent_workers": "chapter 5: what reaches a worker that keeps its first copy of the dataset?",
+        "mixing": "neighbouring samples from one shard share a class here: where should each next sample come from?",
+        "accuracy": "chapter 13: what happens to a model that sees one class for a long stretch?",
+    },
 }
 
 #: Groups of parts, for staging a long exercise: ``{check id: {stage: (part names, ...)}}``.

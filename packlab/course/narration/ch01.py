@@ -7,6 +7,7 @@ whose wording follows :func:`packlab.bench.compare`: "clearly" only where it say
 from __future__ import annotations
 
 from packlab.bench import Spread, chance_of_split, compare, verdict
+from packlab.course.prose import names_text
 
 
 def workers_verdict(two: Spread, zero: Spread) -> str:
@@ -33,12 +34,144 @@ def split_chance(a: Spread, b: Spread) -> str:
 
 
 def simulation_sentence(results: dict) -> str:
-    """What the chapter's simulation showed: ``results`` maps the old rule, then the course's, to
+    """What the chapter's simulation showed: ``results`` maps each rule's name (the old rule first) to
     ``(share of equal pairs called different, share of 1.3-fold pairs found)``."""
-    (old_false, old_found), (new_false, new_found) = results.values()
-    return (f"With equal contenders the old rule called {100 * old_false:.1f} % of the pairs different and "
-            f"`compare` {100 * new_false:.1f} %; a real 1.3-fold difference was found {100 * old_found:.0f} % "
-            f"and {100 * new_found:.0f} % of the time")
+    (old_name, (old_false, old_found)), *course = results.items()
+    course_false = " and ".join(f"{100 * false:.1f} %" for _, (false, _) in course)
+    course_found = " and ".join(f"{100 * found:.0f} %" for _, (_, found) in course)
+    counts = " and ".join(name.split(":")[1].split(",")[0].strip() for name, _ in course)
+    return (f"With equal contenders the old rule called {100 * old_false:.1f} % of the pairs different, and `compare` "
+            f"with {counts} {course_false}; the old rule found a real 1.3-fold difference {100 * old_found:.0f} % of "
+            f"the time, `compare` {course_found}")
+
+
+def lost_pairs_chance(runs: int, lost: int) -> float:
+    """The rank test's chance for ``runs`` runs each, when the faster contender lost ``lost`` of the pairs."""
+    faster = [runs + i for i in range(runs)]
+    faster[0] = runs - 1 - lost + 0.5  # its slowest run now loses to exactly ``lost`` of the other's runs
+    return chance_of_split(faster, list(range(runs)))
+
+
+def few_runs_sentence(bound: float = 0.02) -> str:
+    """Why four runs each can never be called clear, and how many lost pairs five and six runs may afford."""
+    sweep4 = lost_pairs_chance(4, 0)
+
+    def affordable(runs: int) -> int:
+        lost = 0
+        while lost_pairs_chance(runs, lost + 1) <= bound:
+            lost += 1
+        return lost
+
+    five, six = affordable(5), affordable(6)
+    return (f"With four runs each, even a clean sweep (A winning all 16 pairs) happens to equal contenders "
+            f"{100 * sweep4:.1f} % of the time, above the {100 * bound:.0f} % bound, so four runs can never be called "
+            f"clear. Five runs each may lose {five} of their 25 pairs (a chance of "
+            f"{100 * lost_pairs_chance(5, five):.1f} %), six may lose {six} of their 36 "
+            f"({100 * lost_pairs_chance(6, six):.1f} %).")
+
+
+def position_sentence(fixed: dict[str, Spread], balanced: dict[str, Spread]) -> str:
+    """The same loader as A and B, with A always first (``fixed``) and counterbalanced (``balanced``)."""
+
+    def said(pair: dict[str, Spread]) -> str:
+        direction = compare(pair["A"], pair["B"])
+        ratio = pair["A"].median / pair["B"].median
+        if direction == 0:
+            return f"A's median was {ratio:.3f} times B's and `compare` saw no clear difference"
+        return (f"A's median was {ratio:.3f} times B's and `compare` called A clearly "
+                f"{'faster' if direction > 0 else 'slower'}, although both are one loader")
+
+    return (f"With A always first, {said(fixed)}; taking the first place in turn, {said(balanced)}. With A always "
+            "first, A ÷ B is what the first place of a round cost or gained on this machine, plus noise.")
+
+
+def position_simulation_sentence(rates: dict, bound: float, trials: int = 2000) -> str:
+    """The position simulation: ``rates[order][penalty]`` holds ``verdict_rates``' shares over ``trials`` each."""
+    largest = max(next(iter(rates.values())))
+    parts = []
+    for order, by_penalty in rates.items():
+        false = by_penalty[largest]["equal called different"]
+        found = by_penalty[largest]["1.3x found"]
+        keeps = "within" if false <= bound else "beyond"
+        parts.append(f"{order} {100 * false:.1f} % ({keeps} the {100 * bound:.0f} % bound; a real 1.3-fold "
+                     f"difference found {100 * found:.0f} %)")
+    base = ""
+    if all(0.0 in by_penalty for by_penalty in rates.values()):
+        none = [by_penalty[0.0]["equal called different"] for by_penalty in rates.values()]
+        margin = 2 * (bound * (1 - bound) / trials) ** 0.5  # two standard errors of a share near the bound
+        where = ("at or under the bound, give or take the simulation's own chance variation"
+                 if max(none) <= bound + margin else "above the bound by more than the simulation's chance variation")
+        base = (f" Without a penalty the orders gave {names_text(f'{100 * v:.1f} %' for v in none)}: {where} "
+                f"(about ±{100 * margin:.1f} points over {trials:,} comparisons).")
+    balanced = rates.get("balanced")
+    if balanced and 0.0 in balanced and balanced[largest]["1.3x found"] < balanced[0.0]["1.3x found"]:
+        base += (" Balancing cannot take the penalty away: it hands it to every contender alike, which widens each "
+                 f"one's range, so a real difference was found less often ({100 * balanced[largest]['1.3x found']:.0f} "
+                 f"% against {100 * balanced[0.0]['1.3x found']:.0f} % without a penalty).")
+    return (f"With the first run of each round {100 * largest:.0f} % slower, equal contenders were called different: "
+            + "; ".join(parts) + "." + base)
+
+
+#: The course's verdict functions: a call to any of them is a comparison that can come out "clear".
+VERDICT_FUNCTIONS = ("compare", "verdict", "ratio_words", "ranking", "leaders")
+
+
+def _called_names(node) -> set[str]:
+    import ast
+
+    return {getattr(call.func, "attr", getattr(call.func, "id", None)) for call in ast.walk(node)
+            if isinstance(call, ast.Call)}
+
+
+def verdict_sites(root) -> dict[str, int]:
+    """``{chapter: calls}``: the places in each chapter's code cells that draw a verdict.
+
+    A call draws a verdict when it calls one of :data:`VERDICT_FUNCTIONS`, or a function of
+    the narration modules or of ``packlab`` that calls one, directly or through others. A
+    static count: a call inside a loop counts once, though it runs once per pass, and a
+    helper that compares several pairs counts once.
+    """
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(root)
+    definitions: dict[str, set[str]] = {}
+    for module in [*(root / "packlab" / "course" / "narration").glob("ch*.py"), *(root / "packlab").rglob("*.py")]:
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                definitions.setdefault(node.name, set()).update(_called_names(node))
+    verdicts = set(VERDICT_FUNCTIONS)
+    while True:  # every function that reaches a verdict function
+        more = {name for name, calls in definitions.items() if calls & verdicts} - verdicts
+        if not more:
+            break
+        verdicts |= more
+    counts = {}
+    for chapter in sorted((root / "chapters").glob("[0-9]*.md")):
+        cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", chapter.read_text(), flags=re.S)
+        count = 0
+        for cell in cells:
+            code = re.sub(r"^---\n.*?\n---\n", "", cell, flags=re.S)
+            try:
+                tree = ast.parse(code)
+            except SyntaxError:  # IPython magics: such a cell draws no verdict in this course
+                continue
+            count += sum(1 for call in ast.walk(tree) if isinstance(call, ast.Call)
+                         and getattr(call.func, "attr", getattr(call.func, "id", None)) in verdicts)
+        counts[chapter.name] = count
+    return counts
+
+
+def multiplicity_sentence(sites: dict[str, int], bound: float) -> str:
+    """How many verdicts the book draws, and how many false "clear" calls to expect among them."""
+    total = sum(sites.values())
+    return (f"The chapters' code draws a verdict at {total} places, directly or through the functions that write "
+            f"their sentences, several of them in loops or in helpers that compare more than one pair, so one build "
+            f"of the book makes more than {total} verdicts. Where the compared contenders do not really differ, each verdict may come "
+            f"out “clear” with a chance of up to {100 * bound:.0f} %: if none of the differences compared at those "
+            f"{total} places were real, about {total * bound:.1f} false “clear” calls would still be expected, and "
+            f"more over the verdicts the loops add.")
 
 
 def per_batch_sentence(b1: Spread, big: Spread, images: int, big_size: int) -> str:

@@ -1,0 +1,17 @@
+"""What the loader's shortcuts cost the model, measured as accuracy (chapter 13).
+
+Every shortcut the course teaches for speed changes what the model sees: the order of the
+samples (a shuffle buffer instead of a global permutation), their pixels (a second lossy
+encoding at the training size), how often each is seen (data echoing), and how several
+sources are mixed. This package measures the price in the only currency that matters, the
+accuracy of a trained model, while keeping everything else equal:
+
+* :mod:`.pixels` decodes every image **once** into small arrays kept in memory, so that
+  two training runs differ only in the thing compared, and so that dozens of runs fit in
+  a chapter;
+* :mod:`.training` trains :class:`packlab.train.TinyCNN` on a given schedule of batches
+  and reports held-out accuracy, for several seeds at once on all cores;
+* :mod:`.orders` produces the schedules: a global permutation, the course's tar reader
+  with a shuffle buffer (the real code, reading real shards), and the peers' shuffles;
+* :mod:`.echo` and :mod:`.mixing` build echoed schedules and mixed sources.
+"""

@@ -1,0 +1,207 @@
+"""Sentences of chapter 13, "What the shortcuts cost the model", built from what its cells measured.
+
+Accuracies come as ``packlab.bench.Spread`` of per-seed held-out accuracies in %, and every
+word that compares two of them follows :func:`packlab.bench.compare`: "clearly" only where
+it says so, and a null result stated as one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from packlab.accuracy.echo import reached, wall_seconds
+from packlab.accuracy.mixing import window_shares
+from packlab.accuracy.training import BATCH_SIZE, RunResult
+from packlab.bench import Spread, compare
+from packlab.course.prose import names_text, provides_figures
+
+
+def against(accuracy: Spread, reference: Spread) -> str:
+    """One accuracy spread against the reference's, in words."""
+    direction = compare(accuracy, reference)
+    points = accuracy.median - reference.median
+    if direction == 0:
+        return f"no clear difference ({points:+.1f} points)"
+    return f"clearly {'better' if direction > 0 else 'worse'} ({points:+.1f} points)"
+
+
+def order_rows(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], reference: str) -> list[dict]:
+    """The table of an order experiment: mixing, accuracy and the verdict against ``reference``."""
+    return [{"order": name, "label mixing": f"{mixing[name]:.2f}", "held-out accuracy, % (range)": f"{spread:.1f}",
+             f"against the {reference}": "reference" if name == reference else against(spread, accuracy[reference])}
+            for name, spread in accuracy.items()]
+
+
+def _worse(accuracy: Mapping[str, Spread], reference: str) -> list[str]:
+    return [n for n, s in accuracy.items() if n != reference and compare(s, accuracy[reference]) < 0]
+
+
+@provides_figures("order_sentence", "buffer_sentence", "shuffled_sentence", "key_order")
+def order_figures(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], reference: str) -> dict:
+    """What the order experiment showed: which orders cost accuracy, the buffer that stopped costing, shuffled shards."""
+    worse = _worse(accuracy, reference)
+    same = [n for n in accuracy if n != reference and n not in worse and compare(accuracy[n], accuracy[reference]) == 0]
+    ref = accuracy[reference]
+    if worse:
+        order_sentence = (f"Against the {reference}'s {ref.median:.1f} %, {names_text(worse)} trained a clearly worse "
+                          f"model ({', '.join(f'{accuracy[n].median:.1f} %' for n in worse)})")
+        order_sentence += f"; {names_text(same)} no clearly worse one." if same else "."
+    else:
+        order_sentence = (f"No order trained a clearly worse model than the {reference} ({ref.median:.1f} %): by the "
+                          "course's rule every difference here is within the seeds' variation.")
+    sorted_buffers = {n: s for n, s in accuracy.items() if n.startswith("class-sorted")}
+    fine = [n for n in sorted_buffers if n not in worse]
+    if fine:
+        buffer_sentence = (f"On the class-sorted shards, the first setting that was not clearly worse was "
+                           f"{fine[0].removeprefix('class-sorted shards, ')} ({sorted_buffers[fine[0]].median:.1f} %, "
+                           f"label mixing {mixing[fine[0]]:.2f} against the permutation's {mixing[reference]:.2f}).")
+    else:
+        buffer_sentence = ("On the class-sorted shards, every buffer measured here trained a clearly worse model, "
+                           "the largest included.")
+    shuffled = [n for n in accuracy if n.startswith("shuffled")]
+    shuffled_sentence = " ".join(
+        f"{n} reached {accuracy[n].median:.1f} %, {against(accuracy[n], ref)} against the {reference}." for n in shuffled)
+    key_order = (f"on class-sorted shards, {fine[0].removeprefix('class-sorted shards, ')} was the smallest setting "
+                 "measured that did not clearly cost accuracy" if fine
+                 else "every class-sorted setting clearly cost accuracy") + (
+        f"; shuffled shards {'clearly did' if any(n in worse for n in shuffled) else 'did not clearly'} cost any "
+        "without a buffer.")
+    return {"order_sentence": order_sentence, "buffer_sentence": buffer_sentence,
+            "shuffled_sentence": shuffled_sentence, "key_order": key_order[0].upper() + key_order[1:]}
+
+
+def peer_sentence(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], reference: str) -> str:
+    """Each peer's shuffle against the global permutation, with its label mixing."""
+    ref = accuracy[reference]
+    parts = [f"{name} {accuracy[name].median:.1f} % (label mixing {mixing[name]:.2f}), "
+             f"{against(accuracy[name], ref)}" for name in accuracy if name != reference]
+    return f"On the class-sorted copy, against the {reference}'s {ref.median:.1f} %: " + "; ".join(parts) + "."
+
+
+# ------------------------------------------------------------------------------ echoing
+
+
+def echo_target(no_echo: Sequence[RunResult], below: float = 0.05) -> float:
+    """The target accuracy: ``below`` under the no-echo runs' median final accuracy, down to a whole per cent."""
+    final = statistics.median(r.accuracy for r in no_echo)
+    return int(100 * (final - below)) / 100
+
+
+def _times(results: Sequence[RunResult], target: float, loader_rate: float, model_rate: float) -> list[float]:
+    """Per seed: modelled seconds until the target was first reached (inf where it never was)."""
+    out = []
+    for result in results:
+        hit = reached(result, target)
+        out.append(float("inf") if hit is None else wall_seconds(hit[0], hit[1], BATCH_SIZE, loader_rate, model_rate))
+    return out
+
+
+def _fresh(results: Sequence[RunResult], target: float) -> list[float]:
+    return [float("inf") if (hit := reached(r, target)) is None else float(hit[1]) for r in results]
+
+
+def _median_text(values: Sequence[float], fmt: str) -> str:
+    finite = [v for v in values if np.isfinite(v)]
+    if len(finite) <= len(values) // 2:
+        return f"not reached ({len(values) - len(finite)} of {len(values)} runs)"
+    text = f"{statistics.median(values):{fmt}}"
+    return text + (f" ({len(values) - len(finite)} runs never)" if len(finite) < len(values) else "")
+
+
+def echo_rows(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rate: float,
+              model_rate: float) -> list[dict]:
+    """Per echo setting: final accuracy, fresh images and modelled seconds to the target, and the verdict on time."""
+    base = Spread.of(_times(runs["no echo"], target, loader_rate, model_rate))
+    rows = []
+    for name, results in runs.items():
+        times = Spread.of(_times(results, target, loader_rate, model_rate))
+        verdict = {1: "clearly slower", -1: "clearly faster", 0: "no clear difference"}[compare(times, base)]
+        rows.append({"echo": name, "final accuracy, %": f"{Spread.of(100 * r.accuracy for r in results):.1f}",
+                     f"fresh images to {100 * target:.0f} %": _median_text(_fresh(results, target), ",.0f"),
+                     "modelled seconds to it": _median_text(list(times), ".1f"),
+                     "against no echo": "reference" if name == "no echo" else verdict})
+    return rows
+
+
+@provides_figures("echo_sentence", "echo_fresh_sentence", "key_echo")
+def echo_figures(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rate: float, model_rate: float) -> dict:
+    """Which echo setting reached the target soonest, and what it saved of the loader's work."""
+    times = {name: Spread.of(_times(results, target, loader_rate, model_rate)) for name, results in runs.items()}
+    base = times["no echo"]
+    faster = [n for n, t in times.items() if n != "no echo" and compare(t, base) < 0]
+    slower = [n for n, t in times.items() if n != "no echo" and compare(t, base) > 0]
+    if faster:
+        best = min(faster, key=lambda n: times[n].median)
+        echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, "
+                         f"{names_text(faster)} reached {100 * target:.0f} % clearly sooner than no echo "
+                         f"({best}: {times[best].median:.1f} s against {base.median:.1f} s, median)")
+    else:
+        echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, no echo setting "
+                         f"reached {100 * target:.0f} % clearly sooner than no echo ({base.median:.1f} s, median)")
+    echo_sentence += f"; {names_text(slower)} clearly later." if slower else "."
+    fresh = {name: statistics.median(_fresh(results, target)) for name, results in runs.items()}
+    reached_by = {n: f for n, f in fresh.items() if np.isfinite(f)}
+    if reached_by:
+        fewest = min(reached_by, key=reached_by.get)
+        echo_fresh_sentence = ("Fresh images needed to get there (median): "
+                               + ", ".join(f"{n} {f:,.0f}" for n, f in reached_by.items()) + ".")
+        if "no echo" in reached_by and fewest != "no echo":
+            echo_fresh_sentence += (f" {fewest} needed {reached_by['no echo'] / reached_by[fewest]:.2f} times fewer "
+                                    "than no echo: its repeats did part of the work of fresh images.")
+    else:
+        echo_fresh_sentence = "No setting reached the target within its budget of fresh images."
+    key_echo = (f"{names_text(faster)} reached the target clearly sooner than no echo." if faster
+                else "no echo setting reached the target clearly sooner than no echo.")
+    return {"echo_sentence": echo_sentence, "echo_fresh_sentence": echo_fresh_sentence,
+            "key_echo": key_echo[0].upper() + key_echo[1:]}
+
+
+# ------------------------------------------------------------------------------ mixing
+
+
+def _mix_stats(orders: Sequence[Sequence[int]], source: int, window: int) -> dict:
+    lengths = [len(o) for o in orders]
+    shares = [float(np.mean(np.asarray(o) == source)) for o in orders]
+    windows = np.concatenate([window_shares(o, source, window) for o in orders])
+    return {"lengths": lengths, "shares": shares, "low": float(windows.min()), "high": float(windows.max())}
+
+
+def mix_rows(mixed: Mapping[str, Sequence[Sequence[int]]], source: int, share: float, window: int) -> list[dict]:
+    """Per mixer, over the seeds: epoch length, the source's share of the epoch and of each stretch of ``window``."""
+    rows = []
+    for name, orders in mixed.items():
+        stats = _mix_stats(orders, source, window)
+        rows.append({"mixer": name, "samples per epoch": f"{min(stats['lengths']):,}–{max(stats['lengths']):,}",
+                     f"share of the {100 * share:.0f} % source, epoch": f"{100 * min(stats['shares']):.1f}–"
+                                                                          f"{100 * max(stats['shares']):.1f} %",
+                     f"in a stretch of {window}": f"{100 * stats['low']:.0f}–{100 * stats['high']:.0f} %"})
+    return rows
+
+
+@provides_figures("mix_sentence", "key_mix")
+def mix_figures(mixed: Mapping[str, Sequence[Sequence[int]]], source: int, share: float, window: int) -> dict:
+    """How close each mixer came to the asked share, per stretch and per epoch."""
+    stats = {name: _mix_stats(orders, source, window) for name, orders in mixed.items()}
+    exact = [n for n, s in stats.items() if abs(s["low"] - share) < 1.5 / window and abs(s["high"] - share) < 1.5 / window]
+    parts = [f"{name} {100 * s['low']:.0f}–{100 * s['high']:.0f} %" for name, s in stats.items()]
+    varying = [n for n, s in stats.items() if len(set(s["lengths"])) > 1 or max(s["shares"]) - min(s["shares"]) > 0.5 / len(mixed[n][0])]
+    mix_sentence = (f"Asked for {100 * share:.0f} %, the source's share of a stretch of {window} ranged: "
+                    + "; ".join(parts) + ".")
+    mix_sentence += (f" Epoch length or the source's count changed from seed to seed with {names_text(varying)}."
+                     if varying else " Every mixer gave the same counts in every epoch.")
+    key = (f"{names_text(exact)} kept every stretch of {window} within a sample of the share" if exact
+           else f"no mixer kept every stretch of {window} at the share")
+    key += f"; {names_text(varying)} changed the epoch's counts with the seed." if varying else "."
+    return {"mix_sentence": mix_sentence, "key_mix": key[0].upper() + key[1:]}
+
+
+def resume_sentence(first: Sequence, rest: Sequence, whole: Sequence, state: dict) -> str:
+    """The mix stopped, saved and resumed, against the uninterrupted epoch."""
+    if list(first) + list(rest) == list(whole):
+        return (f"Its state at the stop was {state}, and the {len(first):,} samples before the stop followed by the "
+                f"{len(rest):,} after it were the uninterrupted epoch, sample for sample.")
+    return (f"Its state at the stop was {state}, but the stopped and resumed epoch differed from the uninterrupted "
+            f"one: {len(first) + len(rest):,} samples against {len(whole):,}.")

@@ -1,0 +1,68 @@
+"""Fake contenders with known answers, for checking a verdict rule before trusting it.
+
+A rule that calls differences "clear" (:func:`packlab.bench.compare`) is only as good as
+two numbers: how often it calls contenders that cannot differ different (it should be
+rare), and how often it finds a difference that is real. Neither can be read off one real
+measurement, because the truth is unknown there. Here the truth is set: each fake
+contender returns ``true_rate × noise``, where the noise is lognormal (``noise=0.10``: about
+10 % from run to run), and the machine may charge a **position penalty**: the first call of
+every round runs ``penalty`` slower (``0.15``: 15 %), as a colder cache or a falling load
+would make it. The fakes go through :func:`packlab.bench.interleaved` exactly as real
+loaders do, so the simulation checks the order of the runs as well as the test.
+
+    >>> from packlab import simulated_runs
+    >>> simulated_runs.verdict_rates(contenders=2, penalty=0.15, order="fixed", trials=500)  # doctest: +SKIP
+    {'equal called different': 0.92..., '1.3x found': 1.0}
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packlab import bench
+
+
+class PositionPenalty:
+    """The machine of the simulation: it knows which call of a round is running, and slows the first.
+
+    :func:`~packlab.bench.interleaved` calls each of ``contenders`` functions once per round,
+    so the ``n``-th call overall is the ``n % contenders``-th of its round.
+    """
+
+    def __init__(self, contenders: int, penalty: float, noise: float, rng: np.random.Generator):
+        self.contenders, self.penalty, self.noise, self.rng = contenders, penalty, noise, rng
+        self.calls = 0
+
+    def fake(self, true_rate: float):
+        """A contender whose runs return ``true_rate`` with noise, slowed in the first position of a round."""
+
+        def run() -> float:
+            first = self.calls % self.contenders == 0
+            self.calls += 1
+            rate = true_rate * float(self.rng.lognormal(0.0, self.noise))
+            return rate / (1.0 + self.penalty) if first else rate
+
+        return run
+
+
+def simulated_comparison(contenders: int, ratio: float, penalty: float, order: str, rng: np.random.Generator,
+                         noise: float = 0.10, rounds: int | None = None) -> int:
+    """One comparison on the simulated machine: ``compare`` of contender 0 (``ratio`` times as fast) with contender 1.
+
+    The others (``contenders`` of them in all) run at rate 1 too; each trial draws a fresh
+    seed for the order, as separate cells of a book would.
+    """
+    machine = PositionPenalty(contenders, penalty, noise, rng)
+    fakes = {f"contender {i}": machine.fake(ratio if i == 0 else 1.0) for i in range(contenders)}
+    seed = int(rng.integers(2**31))
+    spreads = list(bench.interleaved(fakes, rounds=rounds, order=order, seed=seed).values())
+    return bench.compare(spreads[0], spreads[1])
+
+
+def verdict_rates(contenders: int = 2, penalty: float = 0.0, order: str = "balanced", trials: int = 2000,
+                  noise: float = 0.10, ratio: float = 1.3, rounds: int | None = None, seed: int = 0) -> dict[str, float]:
+    """How often ``compare`` calls equal contenders different, and finds a real ``ratio``, over ``trials`` each."""
+    rng = np.random.default_rng(seed)
+    equal = sum(simulated_comparison(contenders, 1.0, penalty, order, rng, noise, rounds) != 0 for _ in range(trials))
+    found = sum(simulated_comparison(contenders, ratio, penalty, order, rng, noise, rounds) == 1 for _ in range(trials))
+    return {"equal called different": equal / trials, f"{ratio:g}x found": found / trials}
