@@ -152,7 +152,7 @@ from packlab.course.grading.core import (
 from packlab.course.grading.fixtures import sha256_transform
 
 #: Modules of this package that are not exercise modules.
-MACHINERY = frozenset({"core", "fixtures", "teaching"})
+MACHINERY = frozenset({"core", "fixtures", "teaching", "live", "records"})
 
 # Older name, still used by tests/test_start_methods.py.
 _definitions_only = definitions_only

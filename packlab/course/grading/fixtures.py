@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import hashlib
 import io
@@ -50,9 +51,20 @@ def fixture_root() -> Path:
 
 @contextlib.contextmanager
 def locked(folder: Path):
-    """Hold an exclusive lock on ``folder`` so concurrent checks do not write one fixture twice."""
+    """Hold an exclusive lock on ``folder`` so concurrent checks do not write one fixture twice.
+
+    A folder on a read-only file system (the gradebook's sandbox, where the grader wrote
+    the fixtures beforehand) needs no lock: nobody can write there.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
+    try:
+        handle = open(folder / ".lock", "w")
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES):
+            raise
+        yield
+        return
+    with handle:
         try:
             import fcntl
 
