@@ -210,15 +210,21 @@ def _reached(check_id: str, executed, errors: list[dict], execution_error: str |
 
 
 def _claims(path: Path) -> dict[str, dict]:
-    """What the notebook recorded for itself while it ran (the last entry per check); unreadable lines are skipped."""
+    """What was recorded while the notebook ran: per check, the entry that claims the most passed parts.
+
+    A genuine run of a check records once per call; anything the notebook wrote itself
+    is there too, whatever came after it. Unreadable lines are skipped.
+    """
     claimed: dict[str, dict] = {}
     if path.is_file():
         for line in path.read_text(errors="replace").splitlines():
             try:
                 entry = json.loads(line)
-                claimed[str(entry["exercise_id"])] = entry
+                check_id = str(entry["exercise_id"])
             except (ValueError, KeyError, TypeError):
                 continue
+            if check_id not in claimed or _claimed_passes(entry) > _claimed_passes(claimed[check_id]):
+                claimed[check_id] = entry
     return claimed
 
 

@@ -12,8 +12,9 @@ live block on screen while the parts run::
       … fork                    running 12 s (limit 180 s)
 
 A part's line appears when the part starts, shows how long it has been running and its
-limit, and is replaced by its result when it ends. Where that line is drawn depends on
-where the check runs:
+limit, and is replaced by its result when it ends; once the check is over, the block
+shrinks to one line and the report follows. Where that line is drawn depends on where
+the check runs:
 
 * in a Jupyter kernel, one output (an IPython display with an id) updated in place;
 * in a terminal, the running part's line redrawn in place (a carriage return), each
@@ -130,7 +131,10 @@ class Progress:
         self._show(index, final=True)
 
     def close(self) -> None:
-        """End the block (a terminal's half-drawn line is finished)."""
+        """End the block: in a kernel it shrinks to one line (the report follows); a terminal's line is finished."""
+        if self.handle is not None:
+            done = len([line for line in self.lines.values() if not line.lstrip().startswith("…")])
+            self.handle.update({"text/plain": f"{self.title}: {done} ran"}, raw=True)
         if self._open_line:
             self._write("\n")
             self._open_line = False
