@@ -231,7 +231,7 @@ book-instructor: setup-dev data
 # time of each phase.
 # TEST_JOBS=N: parallel unit-test processes (default: two per core).
 TEST_JOBS ?=
-test: setup-dev data system-deps
+test: setup-dev data system-deps hub-proxy
 	$(PY) -m packlab.course.testrun --cell-timeout=$(CELL_TIMEOUT) $(if $(TEST_JOBS),--jobs $(TEST_JOBS),)
 
 # Loader speed against the decode ceiling and the peers, the small-file penalty and the

@@ -54,7 +54,7 @@ def update(cwd=None, say=print) -> int:
             git("stash", "pop", cwd=cwd)
         say("make update: git pull failed, nothing was changed; git said:\n" + (pulled.stderr or pulled.stdout).strip())
         return 1
-    say((pulled.stdout.strip().splitlines() or ["Already up to date."])[0] + f" (from {upstream.stdout.strip()})")
+    say(f"git pull from {upstream.stdout.strip()}:\n" + (pulled.stdout.strip() or "Already up to date."))
     if not stashed:
         return 0
     popped = git("stash", "pop", cwd=cwd)
