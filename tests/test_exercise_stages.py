@@ -17,9 +17,10 @@ import re
 from packlab import paths
 from packlab.course import exercises
 from packlab.course.grade import execute
+from packlab.course.grading import teaching
 
 SOLUTION = paths.repo_root() / "solutions" / "04_tar_shards.md"
-STRETCH_METHODS = {"set_epoch", "_buffer_shuffle"}
+STRETCH_METHODS = set(teaching.STRETCH_CODE["04_tar_shards"])
 CHECK_CELL = re.compile(r"^```\{code-cell\}[^\n]*\nresult = check\(.*?^```\n", re.S | re.M)
 
 

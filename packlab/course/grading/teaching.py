@@ -185,6 +185,14 @@ STAGES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+#: The code of a stretch stage, by exercise notebook: the functions and methods whose solution
+#: blocks only the stretch parts need. A core-only attendee leaves them as stubs; the schedule
+#: counts the core stage's lines without them (:mod:`packlab.course.schedule.tracks`).
+STRETCH_CODE: dict[str, tuple[str, ...]] = {
+    "04_tar_shards": ("set_epoch", "_buffer_shuffle"),
+}
+
+
 def nudge(check_id: str, part: str, description: str) -> str:
     """The level-1 hint of one part; a part without one points back at what the part checks."""
     found = NUDGES.get(check_id, {}).get(part)
