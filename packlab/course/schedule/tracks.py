@@ -170,7 +170,7 @@ def chapter_minutes(row, cuts: list[counting.Section], factor: float) -> tuple[f
     for section in cuts:
         reading = schedule.reading_minutes(counting.NotebookText(section.words, section.code_cells)) * factor
         running = (row.run_min or 0.0) * section.all_cells / all_cells
-        saved.append((section.title, reading + running - SHOW_MINUTES))
+        saved.append((section.title, max(0.0, reading + running - SHOW_MINUTES)))  # a short one saves nothing
     return total - sum(s for _, s in saved), tuple(saved)
 
 
@@ -251,7 +251,9 @@ def report(name: str, rows: list, root: Path, seconds: dict, factor: float, setu
     cut = [(p.label, title, saved) for day in days for p in day for title, saved in p.cuts]
     if cut:
         out += ["", "Cut when late, as the instructor guide says (each shown instead of taught):"]
-        out += [f"- {label.split(',')[0]}: \"{title}\" (saves {max(saved, 0):.0f} min)" for label, title, saved in cut]
+        out += [f"- {label.split(',')[0]}: \"{title}\" " + (f"(saves {saved:.0f} min)" if saved >= 0.5 else
+                                                            "(saves no time: showing it takes as long)")
+                for label, title, saved in cut]
     if track.reading:
         out += ["", "For reading afterwards: " + ", ".join(f"chapter {n}" for n in track.reading) + "."]
     exercises = {r.exercise: r for r in rows if r.exercise}
