@@ -192,7 +192,7 @@ exercises: setup
 
 grade: data
 	@test -n "$(NB)" || { echo "usage: make grade NB='exercises/01_jpeg_dataset.md [more notebooks]'"; exit 2; }
-	$(PY) -m packlab.course.grade $(NB)
+	$(PY) -m packlab.course.grade $(NB) $(GRADE_ARGS)
 
 # Every attendee's exercise notebooks under CLASS/<attendee>/exercises/, each in a fresh
 # kernel in a sandbox (bubblewrap: make system-deps), its checks run again by the grader,

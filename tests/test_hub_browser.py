@@ -14,7 +14,8 @@ In headless Chromium (Playwright):
   it shows each part's passed / failed / not started counts (too_few_shards: 1 / 1 / 1)
   and ben as stuck; an attendee is refused the board;
 * the instructor commits a fix to the release; ana's ``make update`` (``git pull``) in her
-  notebook brings it in, and her own work in ``mywork/`` stays as she saved it.
+  notebook brings it in, her own work in ``mywork/`` stays as she saved it, and her
+  ``make submit`` hands it in to the hub's drop folder.
 
 Screenshots: ``_build/screens/hub-*.png``. It runs in ``make test``'s browser phase
 (``needs_book``), beside the unit tests.
@@ -224,7 +225,7 @@ def test_three_attendees_run_checks_and_the_instructor_sees_them_on_the_board(hu
     last.locator(".jp-InputPrompt").first.click()
     page.keyboard.press("b")  # a new cell below, as an attendee would add one
     page.keyboard.press("Enter")
-    page.keyboard.insert_text("!make -C ~/course update")
+    page.keyboard.insert_text("!make -C ~/course update && make -s -C ~/course submit")
     page.keyboard.press("Shift+Enter")
     output = panel.locator(".jp-OutputArea", has_text="Fast-forward")
     try:
@@ -237,3 +238,6 @@ def test_three_attendees_run_checks_and_the_instructor_sees_them_on_the_board(hu
     assert (course / EXERCISE).read_text().split("```{code-cell}")[:4] == mine.split("```{code-cell}")[:4], \
         "ana's work in mywork/ must stay"
     assert _git(course, "status", "--porcelain") == "", "git sees changes: a later pull could be blocked"
+    panel.locator(".jp-OutputArea", has_text="handed in").first.wait_for(timeout=60_000)
+    handed = folder / "dropbox" / "ana" / "exercises" / "05_shard_split.md"
+    assert handed.read_text() == (course / EXERCISE).read_text(), "make submit did not hand in to the drop folder"
