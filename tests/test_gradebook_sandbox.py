@@ -27,30 +27,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from grading_support import NOTEBOOK_HEADER, SOLVED_SHARD_SPLIT
 
 from packlab import paths
 from packlab.course import sandbox
 
-HEADER = """\
----
-kernelspec:
-  display_name: Python 3 (ipykernel)
-  language: python
-  name: python3
----
-"""
-SOLVED = '''
-```{code-cell} ipython3
-from packlab.course.grading import check
-```
-
-```{code-cell} ipython3
-def shards_for(shards, rank, world_size, worker_id, num_workers):
-    if len(shards) < world_size * num_workers:
-        raise ValueError(f"{len(shards)} shards, {world_size * num_workers} readers")
-    return list(shards[rank::world_size][worker_id::num_workers])
-```
-'''
+HEADER = NOTEBOOK_HEADER
+SOLVED = SOLVED_SHARD_SPLIT
 CHECK = '''
 ```{code-cell} ipython3
 result = check("shard_split", shards_for)
