@@ -43,7 +43,7 @@ def brief(notebooks: list[str] | None = None) -> str:
     for notebook in dict.fromkeys(c.notebook for c in checks):
         out += [f"## {notebook}", ""]
         for info in (c for c in checks if c.notebook == notebook):
-            parts = {p.name: p for p in core._EXERCISES[info.id].parts}
+            parts = {p.name: p for p in core.registered(info.id).parts}
             out += [f"`check(\"{info.id}\", ...)`: {info.description}", ""]
             stages = teaching.STAGES.get(info.id, {})
             for name in info.parts:

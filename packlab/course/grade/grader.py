@@ -89,19 +89,19 @@ class NotebookGrade:
 
 
 def all_check_ids(notebook) -> list[str]:
-    """Every check a notebook may run: its graded calls, its demonstrations, its exercise's registered checks."""
+    """Every check a notebook may run: its graded calls and its demonstrations (``record=False``)."""
+    known = [c.id for c in grading.list_checks()]
     ids = []
     for cell in notebook.cells:
         if cell.cell_type == "code":
-            ids += [c for c in core._EXERCISES if f'check("{c}"' in cell.source or f"check('{c}'" in cell.source]
+            ids += [c for c in known if f'check("{c}"' in cell.source or f"check('{c}'" in cell.source]
     return list(dict.fromkeys(ids))
 
 
 def prepare_fixtures(check_ids) -> None:
     """Write the fixture archives of these checks now, in the grader's process, so the sandbox only reads them."""
-    for check_id in check_ids:
-        if check_id in core._EXERCISES:
-            core._EXERCISES[check_id].fixtures()
+    for check_id in dict.fromkeys(check_ids):
+        core.registered(check_id).fixtures()
 
 
 def _environment(scratch: Path, data_dir: Path, extra: dict[str, str]) -> dict[str, str]:

@@ -560,6 +560,13 @@ def _exercises() -> list[Exercise]:
 # ==================================================================== running a check
 
 
+def registered(check_id: str) -> Exercise:
+    """The registered check ``check_id``: its parts (with their descriptions and hints) and its fixtures function."""
+    if check_id not in _EXERCISES:
+        raise ValueError(f"no check called {check_id!r}; the checks are: {', '.join(e.id for e in _exercises())}")
+    return _EXERCISES[check_id]
+
+
 def list_checks() -> list[CheckInfo]:
     """Every exercise check: id, notebook, one-line description, the candidate's signature, part names."""
     return [CheckInfo(e.id, e.notebook, e.description, e.signature, tuple(p.name for p in e.parts)) for e in _exercises()]

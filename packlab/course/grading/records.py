@@ -6,7 +6,7 @@ The instructor names a class folder in the environment of every attendee's kerne
 ``<folder>/<user>.jsonl``::
 
     {"user": "ana", "notebook": "05_shard_split", "check": "shard_split", "part": "balanced",
-     "status": "failed", "seconds": 0.4, "time": "2026-11-28T10:31:02+00:00", "run": "ana-1764325862.1"}
+     "status": "failed", "seconds": 0.4, "time": "2026-11-28T10:31:02+00:00", "run": "ana-1764325862-3fa94c"}
 
 ``status`` is ``passed``, ``failed`` or ``not started`` (the part reached the exercise's
 untouched stub); a partial check (``parts="core"``) records the parts it ran. A
@@ -25,6 +25,7 @@ import getpass
 import json
 import os
 import re
+import secrets
 import time
 import warnings
 from datetime import datetime, timezone
@@ -65,7 +66,7 @@ def record_run(result, notebook: str, folder: str | os.PathLike | None = None) -
     user = user_name()
     now = time.time()
     stamp = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
-    run = f"{user}-{now:.1f}"
+    run = f"{user}-{now:.0f}-{secrets.token_hex(3)}"  # one id per check() call, however close two calls come
     lines = [
         json.dumps({"user": user, "notebook": notebook, "check": result.exercise_id, "part": part.name,
                     "status": part.status, "seconds": round(part.seconds, 2), "time": stamp, "run": run})
