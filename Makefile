@@ -38,7 +38,7 @@ UV_INSTALL = "$$uv" pip install --python $(PY) $(if $(WHEELHOUSE),--offline --no
 # Notebooks converted from MyST markdown for nbval.
 CELL_TIMEOUT ?= 600
 
-.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers
+.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board
 
 help:
 	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND) into $(SETTINGS_FILE); shows them"
@@ -55,9 +55,12 @@ help:
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
 	@echo "make submit NAME=yourname   pack your exercises (mywork/) as submissions/NAME/exercises/ and NAME.zip"
-	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv"
+	@echo "make update     bring in the instructor's latest release: git stash, git pull, git stash pop (your work kept)"
+	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv, each in a sandbox"
+	@echo "make hub CLASS_LIST=class.txt  a JupyterHub for the class on this machine (hub/), with the live board at /services/board/"
+	@echo "make board RECORDS=folder   the live board of a class folder of check runs, on 127.0.0.1 (no hub)"
 	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
-	@echo "make release DEST=folder  the attendees' copy, without solutions/, as a new commit of the git repository DEST"
+	@echo "make release DEST=folder  the attendees' copy, without solutions/, as a new commit of the git repository DEST (SOLUTIONS=01,03: hand those out)"
 	@echo "make headers    rewrite the notebooks' headers as the pinned jupytext writes them on saving"
 	@echo "make book-instructor  the same book plus the solutions, executed, in _build/instructor"
 	@echo "make clean      remove _build/ and paired .ipynb files"
@@ -189,13 +192,18 @@ exercises: setup
 
 grade: data
 	@test -n "$(NB)" || { echo "usage: make grade NB='exercises/01_jpeg_dataset.md [more notebooks]'"; exit 2; }
-	$(PY) -m packlab.course.grade $(NB)
+	$(PY) -m packlab.course.grade $(NB) $(GRADE_ARGS)
 
 # Every attendee's exercise notebooks under CLASS/<attendee>/exercises/, each in a fresh
-# kernel, into CLASS/gradebook.csv and a table (see instructor.md, "Grading the whole class").
+# kernel in a sandbox (bubblewrap: make system-deps), its checks run again by the grader,
+# into CLASS/gradebook.csv, a table, the pass rate of every part and a feedback file per
+# attendee in CLASS/feedback/ (see instructor.md, "Grading the whole class").
+# GRADE_JOBS=N notebooks at a time (default: one per core); GRADE_ARGS=--no-sandbox without one.
+GRADE_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+GRADE_ARGS ?=
 gradebook: data
 	@test -n "$(CLASS)" || { echo "usage: make gradebook CLASS=folder-with-one-folder-per-attendee"; exit 2; }
-	$(PY) -m packlab.course.grade --class $(CLASS)
+	$(PY) -m packlab.course.grade --class $(CLASS) --jobs $(GRADE_JOBS) --summary --feedback $(CLASS)/feedback $(GRADE_ARGS)
 
 # One check N times in a row in one process (of NB, by default the solution notebook), with
 # min/median/max wall time: looks for failures that show only now and then. Run it on an
@@ -223,7 +231,7 @@ book-instructor: setup-dev data
 # time of each phase.
 # TEST_JOBS=N: parallel unit-test processes (default: two per core).
 TEST_JOBS ?=
-test: setup-dev data system-deps
+test: setup-dev data system-deps hub-proxy
 	$(PY) -m packlab.course.testrun --cell-timeout=$(CELL_TIMEOUT) $(if $(TEST_JOBS),--jobs $(TEST_JOBS),)
 
 # Loader speed against the decode ceiling and the peers, the small-file penalty and the
@@ -237,18 +245,60 @@ bench: setup-dev data
 # The attendees' copy of the course: every tracked file but solutions/ and the tests, the
 # notebooks' headers as the pinned jupytext saves them, committed into the git repository
 # DEST (created if needed; a release into an existing one is a new commit attendees pull).
+SOLUTIONS ?=
 release: setup
-	@test -n "$(DEST)" || { echo "usage: make release DEST=path/to/attendee-repository"; exit 2; }
-	$(PY) -m packlab.course.release release $(DEST)
+	@test -n "$(DEST)" || { echo "usage: make release DEST=path/to/attendee-repository [SOLUTIONS=01_jpeg_dataset,03]"; exit 2; }
+	$(PY) -m packlab.course.release release $(DEST) $(if $(SOLUTIONS),--solutions "$(SOLUTIONS)")
 
 # An attendee's exercises (mywork/, else exercises/), packed the way `make gradebook` reads
 # them: submissions/NAME/exercises/*.md and submissions/NAME.zip holding NAME/exercises/.
 # SUBMIT_FROM=folder and SUBMIT_TO=folder change where the notebooks come from and go.
+# On the class hub (PACKLAB_HUB set by its spawner) the environment is the hub's, and
+# the drop folder takes the folder alone: SUBMIT_TO and NAME come from the hub.
 NAME ?= $(USER)
 SUBMIT_FROM ?=
 SUBMIT_TO ?=
-submit: setup
-	$(PY) -m packlab.course.release submit --name "$(NAME)" $(if $(SUBMIT_FROM),--from "$(SUBMIT_FROM)") $(if $(SUBMIT_TO),--out "$(SUBMIT_TO)")
+submit: $(if $(PACKLAB_HUB),,setup)
+	$(PY) -m packlab.course.release submit --name "$(NAME)" $(if $(SUBMIT_FROM),--from "$(SUBMIT_FROM)") $(if $(SUBMIT_TO),--out "$(SUBMIT_TO)") $(if $(PACKLAB_HUB),--folder-only)
+
+# The instructor's latest release, with whatever you changed kept: your changes to
+# tracked files are put aside (git stash), the release is pulled (fast-forward only), and
+# your changes are put back; when they cannot be, it says so and what to do. Your work in
+# mywork/ is git-ignored and never touched. Needs nothing but git.
+update:
+	@$(BOOTSTRAP_PYTHON) -m packlab.course.update
+
+# A JupyterHub for a class on this machine (packlab/course/hub/): every name on CLASS_LIST
+# (one a line; "NAME instructor" for instructors) gets an account and, at first login, a
+# clone of the release in hub/users/NAME/course with mywork/ made, the dataset read-only
+# (small-data mode), in a sandbox; the board for instructors is at /services/board/.
+# HUB_DIR: the hub's folder; HUB_URL: where it listens (http://0.0.0.0:8000 for a room);
+# HUB_ARGS: more options (python -m packlab.course.hub --help).
+CLASS_LIST ?=
+HUB_DIR ?= hub
+HUB_URL ?= http://127.0.0.1:8000
+HUB_ARGS ?=
+hub: setup-dev hub-proxy
+	@test -n "$(CLASS_LIST)" || { echo "usage: make hub CLASS_LIST=class.txt (one name a line; 'NAME instructor' for instructors)"; exit 2; }
+	$(PY) -m packlab.course.hub --class-list $(CLASS_LIST) --dir $(HUB_DIR) --url $(HUB_URL) $(HUB_ARGS)
+
+# JupyterHub's proxy, configurable-http-proxy, from npm into $(TOOLS)/chp (never global;
+# no lock file is written). Needs node 20 or newer.
+CHP_VERSION := 5.3.0
+hub-proxy: $(TOOLS)/chp/node_modules/.bin/configurable-http-proxy
+
+$(TOOLS)/chp/node_modules/.bin/configurable-http-proxy:
+	@command -v npm >/dev/null || { echo "make hub needs node and npm (20 or newer): apt-get install nodejs npm, or nodejs.org"; exit 1; }
+	npm install --prefix $(TOOLS)/chp --no-package-lock --no-save --no-fund --no-audit configurable-http-proxy@$(CHP_VERSION)
+
+# The live board of a class folder of check runs (PACKLAB_CLASS_RECORDS), without a hub:
+# on 127.0.0.1:BOARD_PORT, with ROSTER (a class list) for who has not started.
+RECORDS ?=
+ROSTER ?=
+BOARD_PORT ?= 8765
+board: setup
+	@test -n "$(RECORDS)" || { echo "usage: make board RECORDS=class-folder [ROSTER=class.txt]"; exit 2; }
+	$(PY) -m packlab.course.hub.board --records $(RECORDS) --port $(BOARD_PORT) $(if $(ROSTER),--roster $(ROSTER))
 
 # The notebooks' headers as the pinned jupytext writes them when JupyterLab saves one, so
 # that saving an unchanged chapter leaves it byte-identical (and `git pull` unblocked).

@@ -35,3 +35,27 @@ def failed_parts_sparing_spawn(check_id: str, candidate, expected: set[str], **o
     spawn = {name for name in names if "spawn" in name}
     kept = [name for name in names if name not in spawn or name in expected]
     return failed_parts(check_id, candidate, parts=kept, **options)
+
+
+#: The front matter of a MyST notebook the grader executes (its kernel).
+NOTEBOOK_HEADER = """\
+---
+kernelspec:
+  display_name: Python 3 (ipykernel)
+  language: python
+  name: python3
+---
+"""
+#: Two code cells that solve exercise 5's shard_split check: the import, and a correct shards_for.
+SOLVED_SHARD_SPLIT = '''
+```{code-cell} ipython3
+from packlab.course.grading import check
+```
+
+```{code-cell} ipython3
+def shards_for(shards, rank, world_size, worker_id, num_workers):
+    if len(shards) < world_size * num_workers:
+        raise ValueError(f"{len(shards)} shards, {world_size * num_workers} readers")
+    return list(shards[rank::world_size][worker_id::num_workers])
+```
+'''

@@ -20,6 +20,7 @@ import sys
 import textwrap
 
 import pytest
+from grading_support import NOTEBOOK_HEADER, SOLVED_SHARD_SPLIT
 
 from packlab import paths
 from packlab.course import exercises, grade, grading
@@ -215,25 +216,7 @@ def test_untouched_exercise_scores_zero_on_every_part(stem, check_id):
 
 # ------------------------------------------------------------------------------ grader
 
-SPLIT_NOTEBOOK = '''\
----
-kernelspec:
-  display_name: Python 3 (ipykernel)
-  language: python
-  name: python3
----
-
-```{code-cell} ipython3
-from packlab.course.grading import check
-```
-
-```{code-cell} ipython3
-def shards_for(shards, rank, world_size, worker_id, num_workers):
-    if len(shards) < world_size * num_workers:
-        raise ValueError(f"{len(shards)} shards, {world_size * num_workers} readers")
-    return list(shards[rank::world_size][worker_id::num_workers])
-```
-
+SPLIT_NOTEBOOK = NOTEBOOK_HEADER + SOLVED_SHARD_SPLIT + '''
 ```{code-cell} ipython3
 raise RuntimeError("an unrelated cell fails; grading goes on")
 ```

@@ -1,11 +1,13 @@
 """The gradebook: a class of three attendees graded into one CSV, a hanging notebook included.
 
 ``python -m packlab.course.grade --class DIR`` runs every attendee's exercise notebooks, each in
-a fresh kernel, and writes one row per attendee, exercise, check and part. Here alice
-hands in the solutions, bob the untouched exercises, and carol a solution whose second
-notebook hangs in a cell between its two checks. The CSV must say exactly that: alice
-passes every part, bob none, carol all but the check after the hang, and her hanging
-notebook is named without stopping the run.
+a fresh kernel in a sandbox, runs their checks itself, and writes one row per attendee,
+exercise, check and part. Here alice hands in the solutions, bob the untouched
+exercises, and carol a solution whose second notebook hangs in a cell between its two
+checks. The CSV must say exactly that: alice passes every part, bob none (every part
+"not started"), carol all but the check after the hang, and her hanging notebook is named
+without stopping the run. Two notebooks are graded at a time (``--jobs 2``); the summary
+counts each part's passes, and every attendee gets a feedback file.
 
 To keep this quick the notebooks hold only the cells grading needs (the imports, the
 definitions and the check cells of two exercises, not the demonstrations), and the cell
@@ -92,7 +94,8 @@ def test_a_class_is_graded_into_one_csv_and_a_hanging_notebook_is_named(tmp_path
     start = time.monotonic()
     run = subprocess.run(
         [sys.executable, "-m", "packlab.course.grade", "--class", str(tmp_path / "class"), "--csv", str(gradebook),
-         "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", "600"],
+         "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", "600", "--jobs", "2", "--summary",
+         "--feedback", str(tmp_path / "feedback")],
         capture_output=True, text=True, timeout=1800,
     )
     seconds = time.monotonic() - start
@@ -110,4 +113,13 @@ def test_a_class_is_graded_into_one_csv_and_a_hanging_notebook_is_named(tmp_path
     # The printed table: one line per attendee, carol's stopped notebook named.
     lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.split() and line.split()[0] in ("alice", "bob", "carol")}
     assert set(lines) == {"alice", "bob", "carol"} and hang in lines["carol"]
+    statuses = {(row[0], row[3]): row[7] for row in table[1:] if row[2] == "shard_split"}
+    assert statuses[("alice", "exactly_once")] == "passed" and statuses[("bob", "exactly_once")] == "not started"
+    # The summary: per part, passed out of the class, failed, not started, not reached.
+    summary = next(line for line in run.stdout.splitlines() if line.startswith("05_shard_split") and " one_rank " in line)
+    assert summary.split()[3:8] == ["1/3", "(33", "%)", "0", "1"], summary
+    feedback = {path.stem: path.read_text() for path in (tmp_path / "feedback").glob("*.md")}
+    assert set(feedback) == {"alice", "bob", "carol"}
+    assert "18 of 18 parts passed" in feedback["alice"] and "(not started)" in feedback["bob"]
+    assert hang in feedback["carol"] and "think:" not in feedback["bob"], "a part not started gets no nudge"
     print(f"graded 3 attendees x {len(EXERCISES)} exercises in {seconds:.0f} s")

@@ -2,8 +2,8 @@
 
 Each wrong implementation breaks one promise of the exercise's text, the way people do
 when they write this in a hurry: results in completion order; results keyed by item
-(repeated or unhashable items), ``None`` taken for the end of the input, ``next()`` on a
-list; a pool of the wrong size, or no pool; every item taken at once, a refill whenever a
+(repeated or unhashable items), ``None`` taken for the end of the input or of the results,
+``next()`` on a list; a pool of the wrong size, or no pool; every item taken at once, a refill whenever a
 call finishes, one item read ahead; a failing item dropped, an error that does not say
 which item, one that drops the original, one that arrives before the results ahead of
 it; threads left running after an error or an early close, or by a map that starts work
@@ -146,6 +146,14 @@ def none_ends_the_input_map(function, items, threads=2, max_in_flight=4):
         return item
 
     return _ordered(function, items, threads, max_in_flight, take=take)
+
+
+def none_result_ends_the_output_map(function, items, threads=2, max_in_flight=4):
+    """Stops at the first result that is None, as a results queue with None for its end marker does."""
+    for result in _ordered(function, items, threads, max_in_flight):
+        if result is None:
+            return
+        yield result
 
 
 def next_on_the_items_map(function, items, threads=2, max_in_flight=4):
@@ -356,6 +364,7 @@ WRONG = {
     completion_order_map: {"in order", "any items", "errors name the item"},  # the results before the error come out of order too
     keyed_by_item_map: {"any items"},
     none_ends_the_input_map: {"any items"},
+    none_result_ends_the_output_map: {"any items"},
     next_on_the_items_map: {"any items"},
     default_pool_map: {"in parallel"},
     pool_of_max_in_flight_map: {"in parallel"},
@@ -441,6 +450,7 @@ def test_the_mistakes_are_real():
     with pytest.raises(TypeError, match="unhashable"):
         list(keyed_by_item_map(str, [[1]], threads=2))
     assert list(none_ends_the_input_map(str, [1, None, 2], threads=2)) == ["1"]  # not ["1", "None", "2"]
+    assert list(none_result_ends_the_output_map(lambda item: item or None, [1, 0, 2], threads=2)) == [1]  # not [1, None, 2]
     with pytest.raises(TypeError, match="not an iterator"):
         list(next_on_the_items_map(str, [1, 2], threads=2))
     assert _peak(default_pool_map, threads=2, max_in_flight=8) > 2

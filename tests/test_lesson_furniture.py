@@ -57,6 +57,33 @@ def test_every_chapter_has_objectives_key_points_predictions_and_captions(chapte
     assert not uncaptioned, f"figures without a caption: {[u[:60] for u in uncaptioned]}"
 
 
+def try_its(text: str) -> list[str]:
+    """The bodies of a chapter's ``{admonition} Try it`` directives."""
+    return re.findall(r"(?ms)^```\{admonition\} Try it\s*\n(.*?)^```", text)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_try_it_works_in_a_new_cell_never_in_the_chapters_own(chapter):
+    """An edit to a chapter's cell is saved into the tracked .md file, and the next `git pull` meets it.
+
+    So a "Try it" that sends the reader to a cell says to copy it into a new cell below
+    (and never "change ... in the cell above and run it again").
+    """
+    for body in try_its(chapter.read_text()):
+        flat = " ".join(body.split())
+        rerun = re.search(r"\bagain\b", flat) and "this chapter again" not in flat  # not: the whole chapter elsewhere
+        if re.search(r"\bcells?\b", flat) or rerun:
+            assert "new cell" in flat, f"this Try it changes a cell of the chapter itself: {flat[:160]}"
+        for in_place in (r"in the cell above and run it again", r"run (?:that|the) cell again", r"rerun the"):
+            assert not re.search(in_place, flat), f"this Try it edits the chapter in place: {flat[:160]}"
+
+
+def test_the_try_it_rule_can_fail():
+    edited = "```{admonition} Try it\n:class: seealso\nSet `x=2` in the cell above and run it again.\n```\n"
+    (body,) = try_its(edited)
+    assert "cell" in body and "new cell" not in body
+
+
 # ------------------------------------------------------------------------------- figures
 
 

@@ -68,6 +68,40 @@ def test_the_release_leaves_out_the_solutions_and_the_tests(released):
     assert len(git(released, "log", "--oneline").splitlines()) == 1
 
 
+def test_the_release_is_written_for_attendees(released):
+    """Its README advertises no `make test` and no solutions/; its book has no instructor guide, nor a link to it."""
+    readme = (released / "README.md").read_text()
+    assert "attendees' copy" in readme and "make update" in readme
+    assert "make test" not in readme and "solutions/" not in readme and "tests/" not in readme
+    toc = (released / "_toc.yml").read_text()
+    assert "instructor" not in toc and "chapters/05_tar_shards" in toc
+    assert not (released / "instructor.md").exists()
+    for page in [*released.glob("*.md"), *released.glob("chapters/*.md"), *released.glob("exercises/*.md")]:
+        assert "<instructor>`" not in page.read_text(), f"{page.name} links to the instructor guide, which is not there"
+    assert "instructor guide <instructor>" in (ROOT / "intro.md").read_text(), "the checkout's own pages keep the link"
+
+
+def test_solutions_handed_out_on_purpose_stay_in_later_releases(source, tmp_path):
+    dest = tmp_path / "release"
+    release.release(dest, root=source, solutions=["01_jpeg_dataset"])
+    assert (dest / "solutions" / "01_jpeg_dataset.md").is_file()
+    assert "with the solutions 01_jpeg_dataset" in git(dest, "log", "-1", "--format=%s")
+    release.release(dest, root=source, solutions=["03"])  # the next day: exercise 3's too, by its number
+    assert sorted(p.name for p in (dest / "solutions").glob("*.md")) == ["01_jpeg_dataset.md", "03_per_worker_zip.md"]
+    with pytest.raises(release.ReleaseError, match="not one solution notebook"):
+        release.release(dest, root=source, solutions=["99_nothing"])
+
+
+def test_a_hubs_drop_folder_takes_the_folder_alone(tmp_path, monkeypatch):
+    mine = tmp_path / "mywork"
+    mine.mkdir()
+    (mine / "01_jpeg_dataset.md").write_text("my notebook")
+    handed = release.submit("ana", mine, tmp_path / "dropbox", archive=False)
+    assert handed == tmp_path / "dropbox" / "ana" / "exercises"
+    assert (handed / "01_jpeg_dataset.md").read_text() == "my notebook"
+    assert not list((tmp_path / "dropbox").glob("*.zip"))
+
+
 def test_the_released_notebooks_save_unchanged(released):
     drift = release.header_drift(released, [released / "chapters" / "03_zip_pitfall.md",
                                             released / "exercises" / "01_jpeg_dataset.md"])

@@ -245,3 +245,83 @@ def test_cells_whose_input_is_hidden_are_not_counted_as_read(tmp_path):
     )
     assert schedule.count_notebook(notebook).code_cells == 2
 
+
+
+# ------------------------------------------------------------------ named tracks
+
+
+def test_every_cut_of_the_instructor_guide_names_one_section_of_its_chapter():
+    from packlab.course.schedule import tracks
+
+    cuts = tracks.cut_lists(ROOT)
+    numbers = [schedule.chapter_number(c) for c in schedule.toc_chapters(ROOT)]
+    assert sorted(cuts) == numbers, "every chapter has a 'Cut when late:' list in instructor.md"
+    assert all(cuts[n] for n in numbers)
+    assert [s.title for s in cuts[3]] == ["The same bug elsewhere, and the same class of bug", "Put a lock around the read"]
+
+
+def test_a_cut_that_names_no_section_or_two_is_refused(tmp_path):
+    from packlab.course.schedule import tracks
+
+    guide = "## Chapter by chapter\n\n- **Chapter 5, x.** Cut when late: \"Shards\" and \"Nowhere\" (show \"Ignored\").\n"
+    assert tracks.cut_titles(guide) == {5: ["Shards", "Nowhere"]}
+    chapter = tmp_path / "05_x.md"
+    chapter.write_text("# 5\n\n## Shards on disk\n\nwords\n\n## Shards in memory\n\nwords\n")
+    with pytest.raises(tracks.CutListError, match="2 headings"):
+        tracks.resolve(["Shards"], chapter)
+    with pytest.raises(tracks.CutListError, match="no heading"):
+        tracks.resolve(["Nowhere"], chapter)
+    assert [s.title for s in tracks.resolve(["Shards on"], chapter)] == ["Shards on disk"]
+
+
+def _measured_rows():
+    seconds = {f"chapters/{Path(c).name}": 60.0 for c in schedule.toc_chapters(ROOT)}
+    return schedule.sessions(ROOT, seconds, schedule.check_parts()), seconds
+
+
+def test_the_two_day_track_cuts_teaches_exercise_4s_core_and_fits_two_days():
+    from packlab.course.schedule import tracks
+
+    rows, seconds = _measured_rows()
+    days = tracks.plan(tracks.TRACKS["2"], rows, ROOT, seconds, factor=1.5)
+    assert len(days) == 2
+    labels = [p.label for p in days[1]]
+    assert labels[:2] == ["chapter 5 (05_tar_shards), cut down", "exercise 04_tar_shards, core parts"]
+    assert all(sum(p.minutes for p in day) + (schedule.SETUP_MINUTES if n == 0 else 0) <= schedule.TEACHING_MINUTES_PER_DAY
+               for n, day in enumerate(days)), [sum(p.minutes for p in d) for d in days]
+    chapter5 = next(r for r in rows if r.number == 5)
+    cut5 = days[1][0]
+    assert len(cut5.cuts) == 3 and cut5.minutes < chapter5.live_chapter_min(1.5)
+    full4 = chapter5.live_exercise_min(1.5)
+    assert days[1][1].minutes < full4 - 15, "the core stage leaves out the stretch parts and their code"
+
+
+def test_the_tracks_cover_their_chapters_and_the_four_day_track_every_chapter():
+    from packlab.course.schedule import tracks
+
+    rows, seconds = _measured_rows()
+    numbers = {r.number for r in rows}
+    for name, track in tracks.TRACKS.items():
+        days = tracks.plan(track, rows, ROOT, seconds, factor=1.5)
+        taught = {int(p.label.split()[1]) for day in days for p in day if p.label.startswith("chapter")}
+        assert taught | set(track.reading) >= numbers - {2} if name == "1-shards" else taught | set(track.reading) == numbers, name
+    four = tracks.plan(tracks.TRACKS["4"], rows, ROOT, seconds, factor=1.5)
+    assert len(four) <= 4 + 1
+    assert "exercise 12_interleaved_shuffle" in [p.label for day in four for p in day]
+
+
+def test_track_2_on_the_command_line_prints_a_two_day_plan(tmp_path, capsys):
+    nbformat = pytest.importorskip("nbformat")
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(tmp_path / "cache"))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a = 1")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cache.cache_notebook_bundle(CacheBundleIn(notebook, str(ROOT / "chapters/05_tar_shards.md"),
+                                              data={"execution_seconds": 90.0}), check_validity=False)
+    assert schedule.main(["--cache", str(tmp_path / "cache"), "--track", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Track 2: two days") and "\nDay 1 (" in out and "\nDay 2 (" in out and "\nDay 3" not in out
+    assert "9:00-9:30 introductions and set-up" in out and "exercise 04_tar_shards, core parts" in out
+    assert 'chapter 5 (05_tar_shards): "How big a buffer?"' in out and "For reading afterwards: chapter 8" in out

@@ -4,14 +4,18 @@
 timing helpers); this subpackage holds everything around them:
 
 - :mod:`~packlab.course.grading` and :mod:`~packlab.course.grade`: the exercises'
-  ``check()`` and the grader that runs a notebook, or a whole class, in fresh kernels;
+  ``check()`` and the grader that runs a notebook, or a whole class, in fresh kernels
+  inside :mod:`~packlab.course.sandbox`, and runs their checks itself;
 - :mod:`~packlab.course.exercises`: writes ``exercises/`` from ``solutions/``;
 - :mod:`~packlab.course.prose`: binds measured numbers to the names the chapters' prose
   cites (``{eval}`` roles);
 - :mod:`~packlab.course.book`, :mod:`~packlab.course.lab` and
   :mod:`~packlab.course.pytest_book_cache`: the book build, the attendee's JupyterLab,
   and the hand-over of nbval's runs to the book;
-- :mod:`~packlab.course.schedule`: the workshop timetable;
+- :mod:`~packlab.course.schedule`: the workshop timetable and its named tracks;
+- :mod:`~packlab.course.hub`, :mod:`~packlab.course.room`, :mod:`~packlab.course.release`
+  and :mod:`~packlab.course.update`: a JupyterHub for the class with its live board, the
+  helpers' brief, the attendees' copy and their ``make update``;
 - :mod:`~packlab.course.benchmark`: the ``make bench`` suite.
 
 An exercise notebook needs only::

@@ -5,10 +5,14 @@ Three jobs around a workshop, each a ``make`` target:
 * ``make release DEST=...`` (:func:`release`) writes the attendees' copy of the course into
   the git repository ``DEST`` as one commit: every file git tracks here, except the
   solutions and what only needs them (:data:`LEFT_OUT`: ``solutions/``, ``tests/``,
-  ``.ci/``), with the notebooks' headers as the pinned jupytext saves them. Releasing
-  again into the same repository adds a commit, which attendees ``git pull`` (a fix on
-  day 2). The release is checked before it is committed: no ``solutions/`` and no
-  solution block (``# BEGIN SOLUTION``) anywhere. The grader's checks live in
+  ``.ci/``) and the instructor guide, with the notebooks' headers as the pinned jupytext
+  saves them, a README for attendees (``attendee_readme.md``) and a table of contents
+  without the guide. Releasing again into the same repository adds a commit, which
+  attendees ``git pull`` (``make update``: a fix on day 2). The release is checked before
+  it is committed: no ``solutions/`` and no solution block (``# BEGIN SOLUTION``)
+  anywhere, but for the solutions handed out on purpose: ``make release
+  SOLUTIONS=01_jpeg_dataset,04`` adds those solution notebooks (at the end of the day
+  they were taught), and they stay in every later release. The grader's checks live in
   :mod:`packlab.course.grading`, not in ``solutions/``, so ``make grade`` and ``make
   gradebook`` work in the release.
 * ``make submit NAME=...`` (:func:`submit`) packs an attendee's exercise notebooks (their
@@ -43,8 +47,12 @@ from pathlib import Path
 from packlab import paths
 
 #: Top-level paths of the repository that the attendees' copy leaves out: the solutions,
-#: and the tests and CI, which need them.
-LEFT_OUT = ("solutions", "tests", ".ci")
+#: the tests and CI, which need them, and the instructor guide.
+LEFT_OUT = ("solutions", "tests", ".ci", "instructor.md")
+#: The release's README: written for attendees (the checkout's README is the course's own).
+ATTENDEE_README = Path(__file__).with_name("attendee_readme.md")
+#: A link to the instructor guide in a released page becomes its text: ``{doc}`the guide <instructor>```.
+_GUIDE_LINK = re.compile(r"\{doc\}`([^`<]*?)\s*<instructor>`")
 #: Lines that must not appear in any file of a release (the solution markers of solutions/).
 SOLUTION_MARKERS = ("# BEGIN SOLUTION", "<!-- BEGIN SOLUTION -->")
 #: Where ``make lab`` keeps an attendee's copies of the exercises, and ``make submit`` writes.
@@ -179,30 +187,71 @@ def _identity() -> list[str]:
     return ["-c", f"user.name={name or 'packlab release'}", "-c", f"user.email={email or 'release@packlab.invalid'}"]
 
 
-def release(dest: Path, root: Path | None = None, message: str | None = None) -> str | None:
+def _for_attendees(dest: Path, files: list[str]) -> list[str]:
+    """The attendees' README, a table of contents without the instructor guide, and no links to it."""
+    (dest / "README.md").write_text(ATTENDEE_README.read_text(encoding="utf-8"), encoding="utf-8")
+    toc = dest / "_toc.yml"
+    if toc.is_file():
+        import yaml
+
+        contents = yaml.safe_load(toc.read_text(encoding="utf-8"))
+        for part in contents.get("parts", []):
+            part["chapters"] = [c for c in part.get("chapters", []) if c.get("file") != "instructor"]
+        contents["parts"] = [part for part in contents.get("parts", []) if part["chapters"]]
+        toc.write_text(yaml.safe_dump(contents, sort_keys=False), encoding="utf-8")
+    for name in files:
+        if name.endswith(".md"):
+            text = (dest / name).read_text(encoding="utf-8")
+            if "<instructor>`" in text:
+                (dest / name).write_text(_GUIDE_LINK.sub(lambda m: m.group(1).strip(), text), encoding="utf-8")
+    return files + (["README.md"] if "README.md" not in files else [])
+
+
+def solution_files(root: Path, names: list[str]) -> list[str]:
+    """The solution notebooks ``solutions/NAME.md`` for ``names`` (``01_jpeg_dataset`` or ``01``), checked."""
+    found = []
+    available = sorted(p.stem for p in (root / "solutions").glob("[0-9]*.md"))
+    for name in names:
+        matches = [stem for stem in available if stem == name or stem.split("_", 1)[0] == name]
+        if len(matches) != 1:
+            raise ReleaseError(f"SOLUTIONS names {name!r}, which is not one solution notebook of solutions/ "
+                               f"(there are: {', '.join(available)})")
+        found.append(f"solutions/{matches[0]}.md")
+    return found
+
+
+def release(dest: Path, root: Path | None = None, message: str | None = None, solutions: list[str] | None = None) -> str | None:
     """Write the attendees' copy of ``root`` into the git repository ``dest`` as one commit.
 
     ``dest`` is created (``git init``) when it does not exist or is empty; an existing
-    release repository gets its tracked files replaced and a new commit. Returns the new
-    commit's id, or None when nothing changed since the last release.
+    release repository gets its tracked files replaced and a new commit. ``solutions``
+    names solution notebooks to hand out in this release (``["01_jpeg_dataset"]``: at the
+    end of the day it was taught), as ``solutions/NAME.md``; the solution markers may
+    appear in those files only. Returns the new commit's id, or None when nothing
+    changed since the last release.
     """
     root = (root or paths.repo_root()).resolve()
     dest = Path(dest).resolve()
     if dest == root or (root in dest.parents and not (root / "_build") in (dest, *dest.parents)):
         raise ReleaseError(f"release into a folder outside the repository (or under its _build/), not {dest}")
+    handed_out = solution_files(root, solutions or [])
     files = release_files(root)
     if dest.exists() and any(dest.iterdir()) and not (dest / ".git").exists():
         raise ReleaseError(f"{dest} exists and is not a git repository: give an empty folder, or an earlier release")
     dest.mkdir(parents=True, exist_ok=True)
     if not (dest / ".git").exists():
         _git(["init", "-q", "-b", "main"], dest)
+    released_before = _git(["ls-files", "-z", "solutions"], dest).stdout.split("\0")
+    # A solution handed out once stays handed out (the next day's release need not name it again).
+    handed_out = sorted(set(handed_out) | {n for n in released_before if n and (root / n).is_file()})
     for old in _git(["ls-files", "-z"], dest).stdout.split("\0"):
         if old:
             (dest / old).unlink(missing_ok=True)
-    for name in files:
+    for name in files + handed_out:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target)
+    files = _for_attendees(dest, files)
     _check_no_solutions(dest, files)
     write_headers(dest, [dest / name for name in files if any(Path(name).match(g) for g in NOTEBOOK_GLOBS)])
     _prune_empty_folders(dest)
@@ -212,7 +261,8 @@ def release(dest: Path, root: Path | None = None, message: str | None = None) ->
     source = _git(["rev-parse", "--short", "HEAD"], root, check=False).stdout.strip() or "unknown"
     dirty = _git(["status", "--porcelain", "--untracked-files=no"], root, check=False).stdout.strip()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = message or f"Course release from {source}{' (with uncommitted changes)' if dirty else ''}, {stamp}"
+    given = f", with the solutions {', '.join(Path(n).stem for n in handed_out)}" if handed_out else ""
+    text = message or f"Course release from {source}{' (with uncommitted changes)' if dirty else ''}{given}, {stamp}"
     _git([*_identity(), "commit", "-q", "-m", text], dest)
     return _git(["rev-parse", "HEAD"], dest).stdout.strip()
 
@@ -251,12 +301,13 @@ def copy_exercises(root: Path | None = None) -> list[Path]:
     return made
 
 
-def submit(name: str, source: Path | None = None, out: Path | None = None) -> Path:
-    """Pack an attendee's exercise notebooks for ``make gradebook``; return the zip written.
+def submit(name: str, source: Path | None = None, out: Path | None = None, archive: bool = True) -> Path:
+    """Pack an attendee's exercise notebooks for ``make gradebook``; return the zip written (or the folder).
 
     ``source`` holds the notebooks (default ``mywork/exercises/``, else ``exercises/``);
-    each ``NN_*.md`` and its paired ``NN_*.ipynb`` go to ``out/<name>/exercises/`` and
-    into ``out/<name>.zip`` as ``<name>/exercises/...``.
+    each ``NN_*.md`` and its paired ``NN_*.ipynb`` go to ``out/<name>/exercises/`` and,
+    with ``archive``, into ``out/<name>.zip`` as ``<name>/exercises/...``. A hub's drop
+    folder takes the folder alone (an attendee may write only into ``out/<name>/``).
     """
     if not _NAME.match(name or ""):
         raise ReleaseError(f"NAME={name!r}: use letters, digits, '.', '_' or '-' (it names your folder in the class)")
@@ -274,14 +325,17 @@ def submit(name: str, source: Path | None = None, out: Path | None = None) -> Pa
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    archive = out / f"{name}.zip"
-    partial = archive.with_suffix(".zip.partial")
+    for path in found:
+        shutil.copy2(path, folder / path.name)  # keeps the time saved: the grader takes the newer of .md and .ipynb
+    if not archive:
+        return folder
+    zipped = out / f"{name}.zip"
+    partial = zipped.with_suffix(".zip.partial")
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as packed:
         for path in found:
-            shutil.copy2(path, folder / path.name)  # keeps the time saved: the grader takes the newer of .md and .ipynb
             packed.write(path, f"{name}/exercises/{path.name}")
-    os.replace(partial, archive)
-    return archive
+    os.replace(partial, zipped)
+    return zipped
 
 
 def unpack_submissions(class_dir: Path) -> list[str]:
@@ -329,21 +383,28 @@ def main(argv: list[str] | None = None) -> int:
     made = commands.add_parser("release", help="write the attendees' copy into a git repository, as a new commit")
     made.add_argument("dest", type=Path)
     made.add_argument("--message", default=None, help="the commit message (default: the source commit and the date)")
+    made.add_argument("--solutions", default="", help="solution notebooks to hand out, comma-separated (01_jpeg_dataset,03)")
     handed = commands.add_parser("submit", help="pack your exercises for make gradebook")
     handed.add_argument("--name", required=True, help="your name in the class (letters, digits, . _ -)")
     handed.add_argument("--from", dest="source", type=Path, default=None, help="the notebooks (default mywork/exercises/)")
     handed.add_argument("--out", type=Path, default=None, help="where to write (default submissions/)")
+    handed.add_argument("--folder-only", action="store_true", help="no zip: only OUT/NAME/exercises/ (a hub's drop folder)")
     headers = commands.add_parser("headers", help="rewrite the notebooks' headers as jupytext saves them")
     headers.add_argument("--check", action="store_true", help="write nothing; exit 1 if a header differs")
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
-            commit = release(args.dest, message=args.message)
+            handed_out = [n.strip() for n in args.solutions.split(",") if n.strip()]
+            commit = release(args.dest, message=args.message, solutions=handed_out)
             print(f"released into {args.dest}: " + (f"commit {commit[:12]}" if commit else "nothing changed since the last release"))
-            print(f"left out: {', '.join(f'{name}/' for name in LEFT_OUT)}; attendees clone {args.dest} (or where you push it)")
+            print(f"left out: {', '.join(LEFT_OUT)}" + (f" (but for the solutions {', '.join(handed_out)})" if handed_out else "")
+                  + f"; attendees clone {args.dest} (or where you push it) and `make update`")
         elif args.command == "submit":
-            archive = submit(args.name, args.source, args.out)
-            print(f"packed {archive.parent / args.name / 'exercises'} and {archive}: hand in {archive.name}")
+            packed = submit(args.name, args.source, args.out, archive=not args.folder_only)
+            if args.folder_only:
+                print(f"handed in: {packed}")
+            else:
+                print(f"packed {packed.parent / args.name / 'exercises'} and {packed}: hand in {packed.name}")
         elif args.command == "headers":
             if args.check:
                 drift = header_drift()

@@ -39,6 +39,7 @@ PACKAGES = (
     SystemPackage("chromium", ("chromium",), "the browser tests (the book, JupyterLab)"),
     SystemPackage("slurm-wlm", ("sbatch", "slurmctld", "slurmd", "scontrol"), "the Slurm job tests"),
     SystemPackage("munge", ("munged", "mungekey"), "the Slurm job tests"),
+    SystemPackage("bubblewrap", ("bwrap",), "the gradebook's sandbox and the class hub (packlab.course.sandbox)"),
 )
 
 #: What apt-get is given: no questions asked, no recommended extras.

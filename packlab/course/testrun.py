@@ -105,7 +105,7 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
         "serial": [*pytest, "tests", "-m", "serial and not needs_book", "-n", str(SERIAL_JOBS)],
         "notebooks": [*pytest, *map(str, notebooks), "--nbval-lax", "--nbval-current-env",
                       f"--nbval-cell-timeout={cell_timeout}", "-p", "packlab.course.pytest_book_cache"],
-        # The book's browser test and the two JupyterLab ones mostly wait on a browser: one file per process.
+        # The browser tests (the book, JupyterLab, the class hub) mostly wait on a browser: one file per process.
         # Its own temporary folder: it runs beside the unit tests' session.
         "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache",
                     "-n", "2", "--dist", "loadfile", f"--basetemp={paths.build_dir() / 'pytest-browser'}"],

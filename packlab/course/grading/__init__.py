@@ -80,7 +80,9 @@ inherited ``ZipFile`` share one file offset, and whether their seek+read pairs c
 a matter of timing. To make the failure certain rather than likely, the fork parts give
 each worker a ``worker_init_fn`` that points every descriptor the worker inherited on the
 archive at ``/dev/null``. A dataset that opens its own handle in the worker never notices;
-one that reads through the parent's handle fails on its first read.
+one that reads through the parent's handle fails on its first read. The descriptors are
+found by what they point at (the file's device and inode, from ``os.fstat``), so this
+works the same on Linux and on macOS, which has no ``/proc``.
 
 Grading a whole notebook
 ------------------------
@@ -152,7 +154,7 @@ from packlab.course.grading.core import (
 from packlab.course.grading.fixtures import sha256_transform
 
 #: Modules of this package that are not exercise modules.
-MACHINERY = frozenset({"core", "fixtures", "teaching"})
+MACHINERY = frozenset({"core", "fixtures", "teaching", "live", "records"})
 
 # Older name, still used by tests/test_start_methods.py.
 _definitions_only = definitions_only

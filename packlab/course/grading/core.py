@@ -560,6 +560,13 @@ def _exercises() -> list[Exercise]:
 # ==================================================================== running a check
 
 
+def registered(check_id: str) -> Exercise:
+    """The registered check ``check_id``: its parts (with their descriptions and hints) and its fixtures function."""
+    if check_id not in _EXERCISES:
+        raise ValueError(f"no check called {check_id!r}; the checks are: {', '.join(e.id for e in _exercises())}")
+    return _EXERCISES[check_id]
+
+
 def list_checks() -> list[CheckInfo]:
     """Every exercise check: id, notebook, one-line description, the candidate's signature, part names."""
     return [CheckInfo(e.id, e.notebook, e.description, e.signature, tuple(p.name for p in e.parts)) for e in _exercises()]
@@ -635,8 +642,15 @@ def _kill_group(proc) -> None:
     proc.join(10)
 
 
-def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -> list[PartResult]:
-    """Run every part in forked children with deadlines (see the docstring of :mod:`packlab.course.grading`)."""
+def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict, progress=None) -> list[PartResult]:
+    """Run every part in forked children with deadlines (see the docstring of :mod:`packlab.course.grading`).
+
+    ``progress`` (:class:`~packlab.course.grading.live.Progress`) is told when each part
+    starts and ends, and every :data:`~packlab.course.grading.live.TICK_SECONDS` while one runs.
+    """
+    from packlab.course.grading import live
+
+    progress = progress or live.Silent()
     parts = exercise.parts
     outcome: dict[int, tuple[bool, str, float]] = {}
     fork = multiprocessing.get_context("fork")
@@ -666,9 +680,13 @@ def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -
             try:
                 while True:
                     wait = min(limits["part_timeout"] - (time.monotonic() - started), deadline - time.monotonic())
-                    if wait <= 0 or not receiver.poll(wait):
+                    if wait > 0 and not receiver.poll(min(wait, live.TICK_SECONDS)):
+                        progress.tick()  # still running: its line shows for how long, against its limit
+                        continue
+                    if wait <= 0:
                         limit = min(limits["part_timeout"], limits["timeout"])
                         outcome[current] = (False, f"did not finish within {limit:.0f} s: stopped (is something waiting forever?)", time.monotonic() - started)
+                        progress.finished(current, "failed", outcome[current][2])
                         # Code that hangs once will hang again: report now rather than wait out every part.
                         for index in range(current + 1, len(parts)):
                             outcome[index] = (False, f"not run: part {parts[current].name!r} hung; fix that first", 0.0)
@@ -679,13 +697,17 @@ def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -
                     except EOFError:
                         proc.join(5)
                         outcome[current] = (False, f"the process running this part died (exit code {proc.exitcode})", time.monotonic() - started)
+                        progress.finished(current, "failed", outcome[current][2])
                         next_part = current + 1
                         break
                     if message[0] == "start":
                         current, started = message[1], time.monotonic()
+                        progress.started(current)
                     elif message[0] == "done":
                         _, index, passed, text, seconds = message
                         outcome[index] = (passed, text, seconds)
+                        status = "passed" if passed else "not started" if is_stub_failure(text) else "failed"
+                        progress.finished(index, status, seconds)
                         next_part = index + 1
                     else:
                         next_part = len(parts)
@@ -698,12 +720,16 @@ def _run_isolated(exercise: Exercise, candidate, fixtures: dict, limits: dict) -
     return [PartResult(p.name, p.description, *outcome[i][:2], p.hint, outcome[i][2]) for i, p in enumerate(parts)]
 
 
-def _run_in_process(exercise: Exercise, candidate, fixtures: dict, limits: dict) -> list[PartResult]:
+def _run_in_process(exercise: Exercise, candidate, fixtures: dict, limits: dict, progress=None) -> list[PartResult]:
     """Fallback where fork does not exist (Windows): run the parts here, DataLoader timeouts only."""
+    from packlab.course.grading import live
+
+    progress = progress or live.Silent()
     results = []
     with tempfile.TemporaryDirectory(prefix="packlab-check-") as workdir:
         ctx = Context(candidate, fixtures, limits["loader_timeout"], Path(workdir), limits["startup_timeout"])
-        for part in exercise.parts:
+        for index, part in enumerate(exercise.parts):
+            progress.started(index)
             start = time.perf_counter()
             try:
                 message, passed = part.run(ctx), True
@@ -712,6 +738,8 @@ def _run_in_process(exercise: Exercise, candidate, fixtures: dict, limits: dict)
             except Exception as exc:  # noqa: BLE001
                 message, passed = describe(exc), False
             results.append(PartResult(part.name, part.description, passed, str(message), part.hint, time.perf_counter() - start))
+            status = "passed" if passed else "not started" if is_stub_failure(str(message)) else "failed"
+            progress.finished(index, status, results[-1].seconds)
     return results
 
 
@@ -743,8 +771,14 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
     * ``hints=1`` — how much help a failed part prints: 0 none, 1 a nudge towards the idea
       (the default), 2 also the code-level hint. A part not started yet (it reached the
       exercise's ``NotImplementedError`` stub) prints none;
-    * ``quiet=True`` — do not print the report;
-    * ``record=False`` — do not record the result for the notebook grader (for demonstrations).
+    * ``quiet=True`` — show nothing: neither the parts as they run nor the report;
+    * ``record=False`` — do not record the result for the notebook grader or the class
+      board (for demonstrations).
+
+    While the parts run, each one's line shows as it starts, with its limit, and is
+    updated with its result (:mod:`packlab.course.grading.live`). Where the instructor set
+    a class folder (``PACKLAB_CLASS_RECORDS``), every part's result is appended there for
+    the live board (:mod:`packlab.course.grading.records`), partial checks included.
 
     Returns a :class:`CheckResult` (``.passed``, ``.score``, ``.max_score``, ``.parts``).
     A hanging candidate fails the part it hangs in; it never hangs the caller.
@@ -787,23 +821,33 @@ def check(exercise_id: str, candidate, **kwargs) -> CheckResult:
         "startup_timeout": float(kwargs.get("startup_timeout", STARTUP_TIMEOUT)),
         "loader_timeout": float(kwargs.get("loader_timeout", LOADER_TIMEOUT)),
     }
+    name = getattr(candidate, "__name__", type(candidate).__name__)
+    quiet = kwargs.get("quiet", False)
+    graded = kwargs.get("record", True) and selected is None
     start = time.perf_counter()
     for stream in (sys.stdout, sys.stderr):  # processes forked from here must not inherit unwritten output
         with contextlib.suppress(Exception):
             stream.flush()
     fixtures = exercise.fixtures()
-    if "fork" in multiprocessing.get_all_start_methods():
-        parts = _run_isolated(exercise, candidate, fixtures, limits)
-    else:
-        parts = _run_in_process(exercise, candidate, fixtures, limits)
-    from packlab.course.grading import teaching
+    from packlab.course.grading import live, records, teaching
 
+    progress = live.Silent() if quiet else live.Progress(
+        f"check {exercise_id!r} on {name}: {len(exercise.parts)} parts", [p.name for p in exercise.parts],
+        min(limits["part_timeout"], limits["timeout"]))
+    try:
+        if "fork" in multiprocessing.get_all_start_methods():
+            parts = _run_isolated(exercise, candidate, fixtures, limits, progress)
+        else:
+            parts = _run_in_process(exercise, candidate, fixtures, limits, progress)
+    finally:
+        progress.close()
     parts = [replace(part, nudge=teaching.nudge(exercise_id, part.name, part.description),
                      not_started=not part.passed and is_stub_failure(part.message)) for part in parts]
-    name = getattr(candidate, "__name__", type(candidate).__name__)
     result = CheckResult(exercise_id, name, parts, time.perf_counter() - start)
-    if kwargs.get("record", True) and selected is None:
+    if graded:
         _record(result, exercise.notebook)
-    if not kwargs.get("quiet", False):
+    if kwargs.get("record", True):
+        records.record_run(result, exercise.notebook)  # the class board, when the instructor set a folder
+    if not quiet:
         print(result.report(hints=hints))
     return result

@@ -4,7 +4,8 @@ The candidate is ``parallel_map(function, items, threads=2, max_in_flight=4)``, 
 generator of ``function(item)`` for every item, in the items' order. The parts test what
 a loader built on it needs, each with a workload that makes the mistake visible: random
 delays (order); items that repeat, are ``None``, falsy or unhashable, given as a list, a
-tuple, a string, a range or a generator (any iterable); sleeps that release the GIL
+tuple, a string, a range or a generator (any iterable), and a function that returns
+``None`` for most items (a filter's verdict); sleeps that release the GIL
 (parallelism, counted at the peak); a counting input, also behind one slow item that
 holds up the head of the line (the bound on items in flight); one failing item (the
 error names it, keeps the original, and comes after the results before it); and a look
@@ -93,8 +94,16 @@ def _tagged(item):
 _MIXED = [3, None, [1, 2], 0, 3, {"a": 1}, "", None, [1, 2], False, 7.5, (), b"x", {"a": 1}, 3]
 
 
+def _expected(function, item):
+    """What ``function`` gives for ``item``, without its delay."""
+    return ("done", item) if function is _tagged else (item if item % 3 == 0 else None)
+
+
 def _what_went_wrong(items: list, got: list, expected: list) -> str:
     """A guess at the mistake behind a wrong result list, in words (empty when there is none to make)."""
+    if len(got) < len(expected) and got == expected[: len(got)] and expected[len(got)] is None:
+        return (f" The results stop just before item {len(got)}, whose result is None: a result that is None must be "
+                "handed back like any other, not taken for the end (pass results on with a marker object of your own)")
     if len(got) < len(expected) and got == expected[: len(got)]:
         stop = items[len(got)]
         if stop is None or not stop:
@@ -107,19 +116,26 @@ def _what_went_wrong(items: list, got: list, expected: list) -> str:
     return ""
 
 
+def _kept_or_none(item):
+    """A filter's verdict: the item when it is kept (multiples of three), None when it is to be dropped."""
+    time.sleep(_delay(item) / 2)
+    return item if item % 3 == 0 else None
+
+
 def _any_items(ctx: Context) -> str:
     cases = [
-        ("a list with repeated, None, falsy and unhashable items", _MIXED * 2),
-        ("a generator of the same", (item for item in _MIXED)),
-        ("a tuple", tuple(_MIXED)),
-        ("a string (its characters, some repeated)", "abracadabra"),
-        ("a range", range(12)),
+        ("a list with repeated, None, falsy and unhashable items", _MIXED * 2, _tagged),
+        ("a generator of the same", (item for item in _MIXED), _tagged),
+        ("a tuple", tuple(_MIXED), _tagged),
+        ("a string (its characters, some repeated)", "abracadabra", _tagged),
+        ("a range", range(12), _tagged),
+        ("a function that returns None for most items (a filter's verdict)", range(1, 13), _kept_or_none),
     ]
-    for what, items in cases:
+    for what, items, function in cases:
         listed = list(items) if not hasattr(items, "__next__") else list(_MIXED)
-        expected = [("done", item) for item in listed]
+        expected = [_expected(function, item) for item in listed]
         try:
-            got = _collect(ctx.candidate(_tagged, items, threads=3, max_in_flight=4), len(expected))
+            got = _collect(ctx.candidate(function, items, threads=3, max_in_flight=4), len(expected))
         except PartFailed:
             raise
         except Exception as exc:
@@ -133,7 +149,7 @@ def _any_items(ctx: Context) -> str:
         if got != expected:
             raise PartFailed(f"{what}: expected {len(expected)} results in order, got {len(got)}."
                              + _what_went_wrong(listed, got, expected))
-    return "lists, tuples, strings, ranges and generators; repeated, None, falsy and unhashable items"
+    return "lists, tuples, strings, ranges and generators; repeated, None, falsy and unhashable items; None results"
 
 
 def _in_parallel(ctx: Context) -> str:
@@ -417,9 +433,9 @@ register(
         ("in order", "results come in the order of the items, each exactly once",
          "keep the submitted work in a queue in input order (collections.deque) and always wait for the oldest",
          _in_order),
-        ("any items", "any iterable, with items that repeat, are None, falsy or unhashable",
+        ("any items", "any iterable, with items that repeat, are None, falsy or unhashable; results that are None",
          "iterate with iter(items)/next(); keep (item, future) pairs in a deque rather than keying anything by the "
-         "item, and do not use None as the end-of-input marker",
+         "item, and use None as the end marker of neither the input nor the results",
          _any_items),
         ("in parallel", "calls run on `threads` threads at once, never more",
          "submit to a concurrent.futures.ThreadPoolExecutor(max_workers=threads) and collect results later, "

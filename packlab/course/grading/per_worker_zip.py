@@ -40,7 +40,7 @@ def _per_worker_no_handle(ctx: Context) -> str:
     before = open_handles(path)
     ds = ctx.call(path, return_key=True)
     after = open_handles(path)
-    if before is not None and after > before:
+    if after > before:
         raise PartFailed(f"after __init__ this process holds {after - before} open handle(s) on the archive; forked workers would share it")
     attributes = open_handle_attributes(ds)
     if attributes:
@@ -94,7 +94,7 @@ def _per_worker_close(ctx: Context) -> str:
     attempt(ds.__getitem__, "dataset[0]", 0)
     attempt(ds.close, f"{ctx.name}.close")
     after = open_handles(path)
-    if before is not None and after > before:
+    if after > before:
         raise PartFailed(f"after close() this process still holds {after - before} handle(s) on the archive")
     attributes = open_handle_attributes(ds)
     if attributes:

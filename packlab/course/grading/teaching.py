@@ -104,7 +104,8 @@ NUDGES: dict[str, dict[str, str]] = {
         "bounded": "never take more from the input than you can have in flight",
         "errors name the item": "when one item fails, the error should say which item",
         "no thread left behind": "a generator can be abandoned half-way: what stops your threads then?",
-        "any items": "the items can be anything an iterable yields, equal to each other or None: what must you not use them for?",
+        "any items": "the items can be anything an iterable yields, equal to each other or None, and so can the results: "
+                     "what must you not use them for?",
     },
     "lmdb_write": {
         "one_file": "chapter 9: an LMDB database can be one file rather than a folder",
@@ -189,6 +190,14 @@ STAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "stretch": ("shuffle_epochs", "shard_order", "reproducible", "seeded", "bounded_buffer", "truncated_shard",
                     "streamed", "persistent_workers"),
     },
+}
+
+
+#: The code of a stretch stage, by exercise notebook: the functions and methods whose solution
+#: blocks only the stretch parts need. A core-only attendee leaves them as stubs; the schedule
+#: counts the core stage's lines without them (:mod:`packlab.course.schedule.tracks`).
+STRETCH_CODE: dict[str, tuple[str, ...]] = {
+    "04_tar_shards": ("set_epoch", "_buffer_shuffle"),
 }
 
 

@@ -24,10 +24,12 @@ model), keeps the measured running time as it is, and starts the first day with
 :data:`SETUP_MINUTES` for introductions and set-up (``make doctor`` on every machine;
 ``--setup-minutes``).
 
-``python -m packlab.course.schedule`` prints the table in Markdown, then the one-day core track
-(:data:`CORE_CHAPTERS`, :data:`CORE_EXERCISES`) and the second day with clock times, and
-says whether each fits the teaching time of a day; where one does not, it also packs the
-same sessions into as many days as they need. Last it says how long an instructor's own
+``python -m packlab.course.schedule`` prints the table in Markdown, then the course's two
+halves (:data:`CORE_CHAPTERS` and :data:`CORE_EXERCISES`, then the rest) with clock times,
+and says whether each fits the teaching time of a day; where one does not, it also packs
+the same sessions into as many days as they need. ``--track 1|1-shards|2|4`` prints a
+named track instead, with the instructor guide's cuts applied
+(:mod:`packlab.course.schedule.tracks`). Last it says how long an instructor's own
 jobs take: ``make test`` and ``make book`` before the day, and ``make gradebook`` for
 ``--attendees N`` after it (:func:`preparation`). ``--cache PATH`` reads another
 checkout's cache, e.g. that of the machine that ran ``make test``.
@@ -44,6 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packlab import paths
+from packlab.course.schedule.counting import (  # noqa: F401 - part of this module's interface
+    NotebookText,
+    count_notebook,
+    input_hidden,
+    prose_words,
+    solution_lines,
+    split_myst,
+)
 
 #: Reading rate for the chapters' prose, in words per minute. Silent reading of ordinary
 #: non-fiction averages about 240 words/min; prose that sends the reader to a code cell, a
@@ -103,119 +113,15 @@ CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6)
 CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")
 #: The second day: the other chapters (performance, and beyond one machine) with their
 #: exercises. Exercises in neither day are optional: for whoever is ahead, or homework.
-SECOND_DAY_CHAPTERS = (7, 8, 9, 10, 11, 12)
-SECOND_DAY_EXERCISES = ("06_bottleneck", "07_parallel_map", "08_lmdb", "09_resuming_shards", "11_resumable_reader")
+SECOND_DAY_CHAPTERS = (7, 8, 9, 10, 11, 12, 13)
+SECOND_DAY_EXERCISES = ("06_bottleneck", "07_parallel_map", "08_lmdb", "09_resuming_shards", "11_resumable_reader",
+                        "12_interleaved_shuffle")
 
 #: The book's execution cache, relative to the repository (shared by make test and make book).
 CACHE_DIR = Path("_build") / ".jupyter_cache"
 
-_CODE_CELL = re.compile(r"^(`{3,})\{code-cell\}")
-_WORD = re.compile(r"\w")
-
-
 class MissingCacheError(RuntimeError):
     """No execution cache where one was expected; the message says how to make one."""
-
-
-# --- Counting a MyST notebook -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NotebookText:
-    """What a reader meets in one MyST notebook: words of prose and cells of code."""
-
-    words: int
-    code_cells: int
-
-
-def split_myst(text: str) -> tuple[list[str], list[str]]:
-    """Split a MyST notebook into its markdown lines and its code cells' sources.
-
-    A code cell is a fence that opens with ```` ```{code-cell} ```` (three backticks or
-    more) and closes with a line of the same backticks; everything else, after the
-    front matter (``---`` ... ``---``), is markdown.
-    """
-    lines = text.splitlines()
-    if lines and lines[0].strip() == "---":
-        closing = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
-        if closing is not None:
-            lines = lines[closing + 1 :]
-    markdown: list[str] = []
-    cells: list[str] = []
-    fence: str | None = None
-    body: list[str] = []
-    for line in lines:
-        if fence is None:
-            opening = _CODE_CELL.match(line.strip())
-            if opening:
-                fence, body = opening.group(1), []
-            else:
-                markdown.append(line)
-        elif line.strip() == fence:
-            cells.append("\n".join(body))
-            fence = None
-        else:
-            body.append(line)
-    return markdown, cells
-
-
-def prose_words(markdown_lines: list[str]) -> int:
-    """Words a reader reads in markdown: tokens with a letter or digit, markup left out.
-
-    Left out: HTML comments (instructors' notes), MyST comments (``% ...``), cell breaks
-    (``+++``), target labels (``(name)=``), directive fences and their ``:option:`` lines.
-    A role such as ``{eval}`rate``` counts as the one word it shows.
-    """
-    text = re.sub(r"<!--.*?-->", " ", "\n".join(markdown_lines), flags=re.DOTALL)
-    words = 0
-    for line in text.splitlines():
-        stripped = line.strip()
-        if (
-            stripped.startswith(("%", "+++", "```", "~~~"))
-            or re.fullmatch(r"\(.+\)=", stripped)
-            or re.match(r":[\w-]+:", stripped)
-        ):
-            continue
-        words += sum(1 for token in stripped.split() if _WORD.search(token))
-    return words
-
-
-def input_hidden(cell: str) -> bool:
-    """Whether a code cell's input is hidden from readers (its options carry the ``remove-input`` tag).
-
-    The options come first in the cell, as ``:tags: [...]`` lines or as a YAML block between
-    ``---`` lines; the chapters hide the cells that only hand measured numbers to the prose.
-    """
-    if cell.startswith("---\n") and "\n---" in cell:
-        options = cell.split("\n---", 1)[0]
-    else:
-        options = "\n".join(line for line in cell.splitlines() if line.startswith(":"))
-    return "remove-input" in options
-
-
-def count_notebook(path: Path) -> NotebookText:
-    """Words of prose and number of code cells a reader sees (hidden inputs left out) of the MyST notebook at ``path``."""
-    markdown, cells = split_myst(path.read_text(encoding="utf-8"))
-    return NotebookText(prose_words(markdown), sum(not input_hidden(cell) for cell in cells))
-
-
-def solution_lines(path: Path) -> int:
-    """Lines an attendee writes: code lines between ``# BEGIN SOLUTION`` and ``# END SOLUTION``.
-
-    Blank lines and comments (the hints the exercise keeps) are not counted.
-    """
-    from packlab.course.exercises import BEGIN_SOLUTION, END_SOLUTION
-
-    count, inside = 0, False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        stripped = line.strip()
-        if stripped == BEGIN_SOLUTION:
-            inside = True
-        elif stripped == END_SOLUTION:
-            inside = False
-        elif inside and stripped and not stripped.startswith("#"):
-            count += 1
-    return count
 
 
 # --- The book's structure -------------------------------------------------------------
@@ -323,6 +229,8 @@ class Session:
     run_min: float | None
     exercise: str | None = None
     exercise_min: float | None = None
+    #: Every code cell, hidden ones too (they run): a cut section's share of the running time.
+    all_cells: int = 0
 
     @property
     def number(self) -> int:
@@ -386,6 +294,7 @@ def sessions(root: Path, seconds: dict[str, float], parts: dict[str, int]) -> li
                 None if run is None else run / 60,
                 exercise,
                 exercise_min,
+                len(split_myst((root / f"{chapter}.md").read_text(encoding="utf-8"))[1]),
             )
         )
     return rows
@@ -588,6 +497,8 @@ def report(rows: list[Session], factor: float = LIVE_TEACHING_FACTOR, setup_minu
 
 
 def main(argv: list[str] | None = None) -> int:
+    from packlab.course.schedule import tracks
+
     parser = argparse.ArgumentParser(
         prog="python -m packlab.course.schedule",
         description="Print the workshop schedule: reading, measured running and exercise time per chapter.",
@@ -604,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setup-minutes", type=float, default=SETUP_MINUTES,
                         help="introductions and set-up at the start of day one (default %(default)s)")
     parser.add_argument("--attendees", type=int, default=20, help="class size for make gradebook's time (default %(default)s)")
+    parser.add_argument("--track", choices=sorted(tracks.TRACKS), default=None,
+                        help="print one named track instead: 1 (one day, the zip), 1-shards (one day, tar shards), "
+                             "2 (two days), 4 (four days), with the instructor guide's cuts applied")
     args = parser.parse_args(argv)
     if args.live_factor <= 0 or args.setup_minutes < 0 or args.attendees < 1:
         parser.error("--live-factor must be positive, --setup-minutes not negative, --attendees at least 1")
@@ -613,8 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     except MissingCacheError as error:
         print(f"packlab.course.schedule: {error}", file=sys.stderr)
         return 2
+    rows = sessions(root, seconds, check_parts())
+    if args.track:
+        try:
+            print(tracks.report(args.track, rows, root, seconds, args.live_factor, args.setup_minutes))
+        except tracks.CutListError as error:
+            print(f"packlab.course.schedule: {error}", file=sys.stderr)
+            return 2
+        return 0
     times = Path(args.cache).resolve().parent / "test-times.json"
-    print(report(sessions(root, seconds, check_parts()), args.live_factor, args.setup_minutes, args.attendees, times))
+    print(report(rows, args.live_factor, args.setup_minutes, args.attendees, times))
+    print(f"\nNamed tracks, with the instructor guide's cuts applied: --track {' | '.join(tracks.TRACKS)}.")
     return 0
 
 

@@ -1,0 +1,101 @@
+"""The hub's JupyterHub configuration, from the settings ``python -m packlab.course.hub`` writes.
+
+``<hub folder>/hub.json`` holds what changes from one class to the next (the address, the
+release, the dataset's size, the idle time); ``<hub folder>/jupyterhub_config.py`` is two
+lines that call :func:`configure` with that folder. Everything else is decided here:
+
+* the login: :class:`~packlab.course.hub.server.ClassListAuthenticator`, the people of the
+  class list only, instructors as admins;
+* each attendee's server: :class:`~packlab.course.hub.server.CourseSpawner`, opening on
+  ``mywork/exercises``, with time to start on a busy machine;
+* the proxy: configurable-http-proxy from npm, installed by ``make hub`` into
+  ``.tools/chp/`` (:data:`PROXY`), on internal ports of its own;
+* two services the hub starts and stops with itself: the idle culler
+  (``jupyterhub-idle-culler``: a server nobody used for ``idle_timeout`` seconds is
+  stopped; its files stay), and the progress board at ``/services/board/``
+  (:mod:`packlab.course.hub.board`), which only instructors may open.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+from packlab import paths
+
+SETTINGS = "hub.json"
+CONFIG = "jupyterhub_config.py"
+#: configurable-http-proxy as ``make hub`` installs it (npm, into the checkout's tools folder).
+PROXY = paths.repo_root() / ".tools" / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+#: The culler's scopes, as jupyterhub-idle-culler's README lists them (no user is deleted).
+CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def write(folder: Path, settings: dict) -> Path:
+    """Write ``hub.json`` and the two-line ``jupyterhub_config.py`` into ``folder``; return the config file."""
+    folder = Path(folder).resolve()
+    (folder / SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
+    config = folder / CONFIG
+    config.write_text(
+        "# Written by python -m packlab.course.hub; the settings are in hub.json beside it.\n"
+        "from packlab.course.hub.config import configure\n\n"
+        f"configure(get_config(), {str(folder)!r})  # noqa: F821 - get_config is JupyterHub's\n"
+    )
+    return config
+
+
+def configure(c, folder: str | Path) -> None:
+    """Fill JupyterHub's config object ``c`` for the hub in ``folder`` (see the module docstring)."""
+    folder = Path(folder)
+    s = json.loads((folder / SETTINGS).read_text())
+    people = s["people"]
+    instructors = {name for name, role in people.items() if role == "instructor"}
+
+    c.JupyterHub.bind_url = s["url"]
+    c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{s['hub_port']}"
+    c.JupyterHub.db_url = f"sqlite:///{folder / 'jupyterhub.sqlite'}"
+    c.JupyterHub.cookie_secret_file = str(folder / "jupyterhub_cookie_secret")
+    c.JupyterHub.pid_file = str(folder / "jupyterhub.pid")
+    c.ConfigurableHTTPProxy.command = [s["proxy"]]
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s['proxy_api_port']}"
+    c.ConfigurableHTTPProxy.pid_file = str(folder / "proxy.pid")
+
+    c.JupyterHub.authenticator_class = "packlab.course.hub.server.ClassListAuthenticator"
+    c.ClassListAuthenticator.accounts_file = str(folder / "accounts.json")
+    c.Authenticator.allowed_users = set(people)
+    c.Authenticator.admin_users = instructors
+
+    c.JupyterHub.spawner_class = "packlab.course.hub.server.CourseSpawner"
+    c.CourseSpawner.hub_folder = str(folder)
+    c.CourseSpawner.release_repository = s["release"]
+    c.CourseSpawner.environment_prefix = s["environment"]
+    c.CourseSpawner.small_count = str(s.get("count") or "")
+    c.CourseSpawner.sandboxed = bool(s["sandboxed"])
+    c.Spawner.default_url = "/lab/tree/mywork/exercises"
+    c.Spawner.start_timeout = 300  # the first start clones the release; a busy machine starts JupyterLab slowly
+    c.Spawner.http_timeout = 180
+
+    python = s.get("python", sys.executable)
+    c.JupyterHub.services = [
+        {
+            "name": "idle-culler",
+            "command": [python, "-m", "jupyterhub_idle_culler", f"--timeout={int(s['idle_timeout'])}"],
+        },
+        {
+            "name": "board",
+            "url": f"http://127.0.0.1:{s['board_port']}",
+            "command": [python, "-m", "packlab.course.hub.board", "--hub", "--records", str(folder / "records"),
+                        "--roster", str(folder / "class.txt"), "--port", str(s["board_port"])],
+            "oauth_no_confirm": True,
+            "display": True,
+        },
+    ]
+    c.JupyterHub.load_roles = [{"name": "idle-culler", "scopes": CULLER_SCOPES, "services": ["idle-culler"]}]

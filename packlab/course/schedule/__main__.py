@@ -1,0 +1,7 @@
+"""``python -m packlab.course.schedule``: see :mod:`packlab.course.schedule`."""
+
+import sys
+
+from packlab.course.schedule import main
+
+sys.exit(main())
