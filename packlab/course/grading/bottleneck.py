@@ -270,6 +270,15 @@ def _consumer_alone(ctx: Context) -> str:
     return f"consumer alone: {result['consumer'].median:.0f} images/s (it runs at {consumer.rate:.0f})"
 
 
+#: What a cold first read in a timed run should have had before it.
+WARM_UP_ADVICE = "Reading one batch warms one batch: read the whole epoch once, untimed, before measuring"
+
+
+def _together_rate(loader, consumer) -> float:
+    """Images/s of the two together once warm: each batch read while training, then trained on, as the fakes timed them."""
+    return BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+
+
 def _together(ctx: Context) -> str:
     run = _run(ctx, "slow_loader")
     loader, consumer, result = run.loader, run.consumer, run.result
@@ -280,7 +289,7 @@ def _together(ctx: Context) -> str:
             "batches while the loader was being read: measure the two together, training on every batch as it "
             "arrives (not computed from the two alone)"
         )
-    serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+    serial = _together_rate(loader, consumer)
     # Judged against the candidate's own loader-alone figure: a way of counting that moves both alike
     # (the first batch's images counted in, say) is the 'startup' part's to name, not this one's. With
     # 6 batches an epoch it lifts both by 6/5, which would put 'together' right at this part's edge.
@@ -312,7 +321,7 @@ def _startup(ctx: Context) -> str:
             f"{measured:.0f} (counting the first batch's images too: {counted_all:.0f}). The clock starts when the "
             "first batch arrives, so count only the images after it"
         )
-    serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+    serial = _together_rate(loader, consumer)
     together = result["together"].median
     if together < 0.5 * serial:
         raise PartFailed(
@@ -330,17 +339,17 @@ def _warm(ctx: Context) -> str:
         raise PartFailed(
             f"the slowest of your loader runs delivered {slowest:.0f} images/s: it read batches for the first time, "
             f"from cold storage ({loader.cold_factor:.0f} times slower than the warm {loader.rate:.0f} images/s). "
-            "Reading one batch warms one batch: read the whole epoch once, untimed, before measuring"
+            + WARM_UP_ADVICE
         )
     # The runs take turns in a changing order, so the first timed read may be the two together:
     # a cold first read there slows 'together' (by about 2.8 times in this scenario), not the loader.
-    serial = BATCH / (loader.seconds_per_batch("T") + consumer.seconds_per_batch(during_epoch=True))
+    serial = _together_rate(loader, consumer)
     slowest_together = result["together"].low
     if slowest_together < 0.6 * serial:
         raise PartFailed(
             f"the slowest of your runs of the two together delivered {slowest_together:.0f} images/s, against about "
             f"{serial:.0f} warm: it read batches for the first time, from cold storage ({loader.cold_factor:.0f} "
-            "times slower). Reading one batch warms one batch: read the whole epoch once, untimed, before measuring"
+            "times slower). " + WARM_UP_ADVICE
         )
     return (f"no timed run was a cold first read (slowest loader run {slowest:.0f} images/s, slowest together "
             f"{slowest_together:.0f})")
