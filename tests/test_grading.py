@@ -39,6 +39,7 @@ from packlab.course.grading import check, importable_copy, list_checks, PartFail
 from packlab.course.grading.core import describe
 from packlab.loaders.tar import SharedEpoch, iter_shard_samples, open_shard
 from packlab.transforms import decode_and_resize, standard_transform
+from grading_support import SharedEpochReader
 
 ALL_BUT_SPAWN = {
     "per_worker_zip": ["no_handle_in_init", "pickle_after_use", "pixels", "fork", "fork_after_parent_read", "close"],
@@ -522,7 +523,7 @@ def pick_from_buffer(items, size, rng):
         yield buffer.pop(rng.randrange(len(buffer)))
 
 
-class AlternativeTarDataset(IterableDataset):
+class AlternativeTarDataset(SharedEpochReader, IterableDataset):
     """A correct reader written differently from the solution: the course's shard reader and epoch
     (``SharedEpoch``), string seeds, another buffer."""
 
@@ -530,13 +531,6 @@ class AlternativeTarDataset(IterableDataset):
         self.shards, self.shuffle_buffer, self.seed = [str(s) for s in shards], shuffle_buffer, seed
         self.transform, self.return_key, self.opener = transform or standard_transform, return_key, opener
         self.shared_epoch = SharedEpoch()
-
-    def set_epoch(self, epoch):
-        self.shared_epoch.set(epoch)
-
-    @property
-    def epoch(self):
-        return self.shared_epoch.value
 
     def shard_order(self):
         shards = list(self.shards)

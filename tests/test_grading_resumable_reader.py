@@ -27,6 +27,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from packlab.course.grading import check
 from packlab.loaders.tar import SharedEpoch, iter_shard_samples
 from packlab.transforms import standard_transform
+from grading_support import SharedEpochReader
 
 PARTS = {"sample_granularity", "buffer", "same_order", "one_batch_per_run", "killed_fork", "killed_spawn",
          "two_epochs", "other_epoch", "sigterm_group"}
@@ -38,7 +39,7 @@ def failed_parts(candidate, parts: set[str] = PARTS) -> set[str]:
     return {part.name for part in result.parts if not part.passed}
 
 
-class _Base(IterableDataset):
+class _Base(SharedEpochReader, IterableDataset):
     """What the wrong readers share: the arguments, the epoch, the worker's place, the stream of samples."""
 
     def __init__(self, shards, shuffle_buffer=0, seed=0, transform=None, return_key=False):
@@ -48,13 +49,6 @@ class _Base(IterableDataset):
         self.return_key = return_key
         self.position, self.saved = None, None
         self.shared_epoch = SharedEpoch()
-
-    def set_epoch(self, epoch):
-        self.shared_epoch.set(epoch)
-
-    @property
-    def epoch(self):
-        return self.shared_epoch.value
 
     @staticmethod
     def place():
