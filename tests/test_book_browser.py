@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import html
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,3 +245,37 @@ def test_every_page_loads_without_errors_in_a_real_browser(browser, book_url, bu
     assert not problems, "\n".join(f"{page}:\n  " + "\n  ".join(found) for page, found in problems.items())
     for shot in screenshots.values():
         assert shot.exists() and shot.stat().st_size > 10_000, f"screenshot {shot} missing or empty"
+
+
+_STDERR_BLOCK = re.compile(r'<div class="output stderr[^"]*">(.*?)</pre>', re.S)
+
+
+def _stderr_blocks(page: Path) -> list[str]:
+    """The text of every stderr output a page shows, markup removed."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", block)) for block in _STDERR_BLOCK.findall(page.read_text())]
+
+
+def _noise(blocks: list[str]) -> list[str]:
+    """The blocks that are not the course's own warnings: a library's or the runtime's chatter.
+
+    A chapter may show a warning that ``packlab`` raises on purpose (chapter 10's shard
+    retries); anything else printed to stderr (a library's UserWarning, Kineto's lines,
+    tqdm's missing-widgets notice) is noise the reader cannot act on, and is silenced where it
+    arises, with a comment saying why.
+    """
+    return [block.strip()[:300] for block in blocks if "/packlab/" not in block or "site-packages" in block]
+
+
+def test_the_noise_rule_tells_a_library_warning_from_the_course_s_own():
+    library = "/x/.venv/lib/python3.11/site-packages/tqdm/auto.py:21: TqdmWarning: IProgress not found."
+    own = "/x/packlab/retry.py:223: ShardRetryWarning: reading shard s3://shards/train/shard-000002.tar failed"
+    in_a_clone_named_packlab = "/home/a/packlab/.venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:1: UserWarning"
+    assert _noise([library, own, in_a_clone_named_packlab]) == [library, in_a_clone_named_packlab]
+
+
+@pytest.mark.needs_book
+def test_no_page_shows_a_library_s_warnings(built_book):
+    noisy = {page: found for page in _book_pages(built_book)
+             if (found := _noise(_stderr_blocks(built_book / page)))}
+    assert not noisy, "stderr that is not the course's own, by page:\n" + "\n".join(
+        f"{page}:\n  " + "\n  ".join(found) for page, found in noisy.items())

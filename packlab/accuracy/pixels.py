@@ -77,7 +77,7 @@ def _shrink_job(job: tuple[bytes | str, int, str]) -> np.ndarray:
 def shrink_all(items: Sequence[bytes | str], side: int, sources: Sequence[str], progress: bool = True,
                workers: int | None = None) -> np.ndarray:
     """:func:`shrink` every item (encoded bytes, or a path to read them from) on all cores; N x side x side x 3."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     jobs = [(item, side, source) for item, source in zip(items, sources)]
     workers = workers or data.available_cores()
@@ -179,7 +179,7 @@ def stored_small_pixels(forms: Sequence, samples: Sequence[data.Sample], side: i
     :func:`packlab.reencode.stored_pixels` does), and every result is cached under
     ``packed/accuracy/`` (one file per form), so the re-encoding is paid once per dataset.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     root = root or paths.data_root()
     samples = list(samples)

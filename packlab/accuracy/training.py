@@ -127,7 +127,7 @@ def accuracy_runs(experiments: Mapping[str, Experiment], train: SmallImages, hol
     The seed sets both the model's initial weights and the schedule's randomness, so the
     spread of a name's accuracies is the variation a practitioner would see between runs.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     # Only (name, seed) travels to the processes: they are forked after _SHARED is set, so the experiments (and
     # any lambda or notebook function in them) and the images reach them without being pickled.

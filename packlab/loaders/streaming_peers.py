@@ -51,6 +51,9 @@ def _quiet_imports() -> None:
     os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")
     warnings.filterwarnings("ignore", message=".*newer version of lightning-sdk.*")
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    # LitData's writer imports tqdm.auto, which in a notebook kernel without ipywidgets warns that it
+    # falls back to a text bar: nothing a reader of the chapter can act on.
+    warnings.filterwarnings("ignore", message="IProgress not found")
 
 
 def _rows(samples: Sequence[data.Sample], root: Path | None, seed: int):
