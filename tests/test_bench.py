@@ -350,3 +350,27 @@ def test_a_position_effect_does_not_make_equal_contenders_look_different(contend
     # the same check rejects the fixed order and a plain random order per round: it can fail
     assert not _rule_holds_under_a_position_effect("fixed", contenders)[0]
     assert not _rule_holds_under_a_position_effect("shuffled", contenders)[0]
+
+
+def test_a_full_disk_during_the_benchmark_is_a_message_that_says_what_to_do(monkeypatch, capsys):
+    import errno
+
+    from packlab.course.benchmark import suite
+
+    def fills_the_disk(**_):
+        """A benchmark that fills the disk."""
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/packed/formats-bench/zip.zip")
+
+    monkeypatch.setattr(suite, "run_benchmark", fills_the_disk)
+    assert suite.main([]) == 1
+    said = capsys.readouterr().err
+    assert "/data/packed/formats-bench/zip.zip" in said and "No space left on device" in said
+    assert "make clean-packed" in said and "PACKLAB_DATA" in said
+
+    def fails_otherwise(**_):
+        """A benchmark that may not write."""
+        raise PermissionError(errno.EACCES, "Permission denied", "/data/packed")
+
+    monkeypatch.setattr(suite, "run_benchmark", fails_otherwise)
+    with pytest.raises(PermissionError):  # only a full disk is explained; anything else keeps its traceback
+        suite.main([])

@@ -16,8 +16,10 @@ check that everything runs.
 
 from __future__ import annotations
 
+import errno
 import os
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -647,7 +649,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="output folder (default: _build/bench)")
     args = parser.parse_args(argv)
     root = quick_root(args.images, args.out) if args.quick else None
-    run_benchmark(root=root, worker_counts=args.workers, out_dir=args.out, epochs=args.epochs, quick=args.quick,
-                  loaders=args.loaders, sections=[name for name in SECTIONS if name not in args.skip])
+    try:
+        run_benchmark(root=root, worker_counts=args.workers, out_dir=args.out, epochs=args.epochs, quick=args.quick,
+                      loaders=args.loaders, sections=[name for name in SECTIONS if name not in args.skip])
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(disk_full_message(exc, root), file=sys.stderr)
+        return 1
     return 0
+
+
+def disk_full_message(exc: OSError, root=None) -> str:
+    """What to do when the disk (or a quota) fills up while the benchmark writes its copies."""
+    from packlab import paths
+
+    where = exc.filename or "a file"
+    return (f"make bench: no space left writing {where} ({exc.strerror}). The benchmark writes several "
+            f"gigabytes of packed copies under {paths.packed_dir(root)} and its results under _build/bench. Free "
+            "space there (`make clean-packed` removes every packed copy; the chapters write theirs again), or "
+            "put the data folder on a larger disk (`make configure PACKLAB_DATA=/path/with/space`, then "
+            "`make data`), and run `make bench` again.")
 
