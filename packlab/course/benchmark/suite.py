@@ -221,6 +221,15 @@ def _summarise(name: str, group: str, workers: int, epochs: list[dict], parallel
     }
 
 
+def results_dir(out_dir=None):
+    """Where the benchmark writes ``bench.json``, ``bench.png`` and the ``--quick`` data: ``out_dir``, else ``_build/bench``."""
+    from pathlib import Path
+
+    from packlab import paths
+
+    return Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
+
+
 def quick_root(images: int = 600, out_dir=None, source=None):
     """A data root holding the first ``images`` samples of the dataset at ``source`` (for ``--quick``).
 
@@ -228,11 +237,10 @@ def quick_root(images: int = 600, out_dir=None, source=None):
     shards the benchmark needs are written into it on first use, as for the full dataset.
     """
     import shutil
-    from pathlib import Path
 
     from packlab import data, paths
 
-    folder = Path(out_dir if out_dir is not None else paths.build_dir() / "bench") / f"quick-data-{images}"
+    folder = results_dir(out_dir) / f"quick-data-{images}"
     samples = data.load_manifest(source)[:images]
     if paths.manifest_path(folder).exists() and data.load_manifest(folder) == samples:
         return folder
@@ -294,12 +302,11 @@ def run_benchmark(
     """
     import json
     import platform
-    from pathlib import Path
 
-    from packlab import audit, data, pack, paths
+    from packlab import audit, data, pack
 
     cores = data.available_cores()
-    out_dir = Path(out_dir) if out_dir is not None else paths.build_dir() / "bench"
+    out_dir = results_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = data.load_manifest(root)
     sweep_counts = sorted(set(worker_counts if worker_counts is not None else ([] if quick else [0, 1, 2 * cores]))
@@ -655,18 +662,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        print(disk_full_message(exc, root), file=sys.stderr)
+        print(disk_full_message(exc, root, args.out), file=sys.stderr)
         return 1
     return 0
 
 
-def disk_full_message(exc: OSError, root=None) -> str:
+def disk_full_message(exc: OSError, root=None, out_dir=None) -> str:
     """What to do when the disk (or a quota) fills up while the benchmark writes its copies."""
     from packlab import paths
 
-    where = exc.filename or "a file"
-    return (f"make bench: no space left writing {where} ({exc.strerror}). The benchmark writes several "
-            f"gigabytes of packed copies under {paths.packed_dir(root)} and its results under _build/bench. Free "
+    return (f"make bench: no space left writing {exc.filename or 'a file'} ({exc.strerror}). The benchmark writes "
+            f"several gigabytes of packed copies under {paths.packed_dir(root)} and its results under {results_dir(out_dir)}. Free "
             "space there (`make clean-packed` removes every packed copy; the chapters write theirs again), or "
             "put the data folder on a larger disk (`make configure PACKLAB_DATA=/path/with/space`, then "
             "`make data`), and run `make bench` again.")
