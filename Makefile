@@ -41,7 +41,7 @@ CELL_TIMEOUT ?= 600
 .PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board
 
 help:
-	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND) into $(SETTINGS_FILE); shows them"
+	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND, PACKLAB_CORES) into $(SETTINGS_FILE); shows them"
 	@echo "make doctor     set up, generate the data, and check this machine: one line per need, READY when all pass"
 	@echo "make lab        set up, generate data, start JupyterLab: chapters and exercises open as notebooks (your copies in mywork/)"
 	@echo "make book       set up (with the book and test tools), generate data, execute every chapter, build _build/html"
@@ -149,7 +149,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 #   make configure PACKLAB_COUNT=2000 PACKLAB_DATA=/scratch/$$USER/packed-data
 #   make configure VENV=/scratch/$$USER/packed-venv TORCH_BACKEND=cpu
 #   make configure VENV=$$CONDA_PREFIX          (an active conda environment)
-SETTING_NAMES := PACKLAB_COUNT PACKLAB_DATA VENV TORCH_BACKEND
+#   make configure PACKLAB_CORES=2              (at most 2 cores for the course's workers: a hub's or a job's share)
+SETTING_NAMES := PACKLAB_COUNT PACKLAB_DATA VENV TORCH_BACKEND PACKLAB_CORES
 GIVEN_SETTINGS := $(foreach name,$(SETTING_NAMES),$(if $(filter command line,$(origin $(name))),$(name)))
 configure:
 	@env $(foreach name,$(GIVEN_SETTINGS),-u $(name)) $(BOOTSTRAP_PYTHON) -m packlab.settings \

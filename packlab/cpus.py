@@ -12,6 +12,13 @@ A process can be limited in two ways, and torch's default thread count sees only
   thread per core: 64 threads sharing 2 CPUs' worth of time on a 64-core node, each
   waiting for the others at every parallel operation.
 
+The course itself uses :func:`course_cores`: the cores of the affinity, capped by the
+``PACKLAB_CORES`` setting (``make configure PACKLAB_CORES=2``; the class hub and the cluster
+recipes set it to an attendee's share). Every worker count in the chapters is that number
+or less: :func:`workers_for` takes the smaller of it and the work there is to share out
+(shards, batches), because a reader with nothing to read either fails (a tar shard split
+over more readers than shards) or measures nothing.
+
 A batch scheduler's allocation is a third number: Slurm sets ``SLURM_CPUS_PER_TASK``
 when a job asks for ``--cpus-per-task``. Where the site does not confine jobs to their
 cores, a job sees the whole node and torch uses all of it.
@@ -29,8 +36,74 @@ import sys
 import uuid
 from pathlib import Path
 
+from packlab import settings
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _ASK_TORCH = "import torch; print(torch.get_num_threads())"
+
+
+#: The setting that caps the cores the course uses (settings.mk or the environment).
+CORES_SETTING = "PACKLAB_CORES"
+#: For the tests only: how many cores the course believes this process may run on, in place of
+#: its affinity, so that a 2-core machine runs the chapters as a 16-core laptop would (the
+#: workers really start; they share the real cores). ``make doctor`` says when it is set.
+EMULATED_CORES_VAR = "PACKLAB_VISIBLE_CORES"
+
+
+def affinity_cores() -> int:
+    """Cores this process may run on: its CPU affinity (containers, ``taskset``, batch jobs); all cores on macOS."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _whole_number(name: str, value: str, source: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise settings.SettingsError(
+            f"{name}={value!r} ({source}) is not a whole number of cores (1 or more): "
+            f"`make configure {name}=2` sets it, `make configure {name}=` removes it")
+    return number
+
+
+def visible_cores() -> int:
+    """Cores the course sees: :func:`affinity_cores`, or ``$PACKLAB_VISIBLE_CORES`` where a test emulates a bigger machine."""
+    emulated = os.environ.get(EMULATED_CORES_VAR, "").strip()
+    if emulated:
+        return _whole_number(EMULATED_CORES_VAR, emulated, "the environment, emulating a machine")
+    return affinity_cores()
+
+
+def cores_cap() -> settings.Setting:
+    """The ``PACKLAB_CORES`` setting and where it came from (its value is ``None`` when nothing caps the cores)."""
+    return settings.lookup(CORES_SETTING)
+
+
+def course_cores() -> int:
+    """Cores the course uses: :func:`visible_cores`, capped by ``PACKLAB_CORES`` when it is set.
+
+    A cap above the visible count changes nothing: the course never starts more workers
+    than it has cores because a setting says so.
+    """
+    cap = cores_cap()
+    visible = visible_cores()
+    if cap.value is None:
+        return visible
+    return min(visible, _whole_number(CORES_SETTING, cap.value, cap.origin()))
+
+
+def workers_for(*work: int) -> int:
+    """How many workers (or reader processes) to start for this work: ``min(course_cores(), *work)``, at least 1.
+
+    Pass what the work can be shared out in: the shards (a tar shard is read by one
+    reader), the batches (a DataLoader worker makes whole batches), the files. On a
+    16-core laptop, 4 shards get 4 readers, not 16.
+    """
+    return max(1, min(course_cores(), *work))
 
 
 def _cgroup_dirs(pid: str = "self") -> list[tuple[str, Path, Path]]:
@@ -80,10 +153,7 @@ def cpu_quota(pid: str = "self") -> float | None:
 
 def cpu_report() -> dict:
     """What this process may use: visible cores, cores of its affinity, cgroup quota, Slurm's allocation."""
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        affinity = os.cpu_count() or 1
+    affinity = affinity_cores()
     slurm = os.environ.get("SLURM_CPUS_PER_TASK")
     return {
         "visible cores (os.cpu_count)": os.cpu_count(),

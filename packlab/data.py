@@ -51,7 +51,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageChops
 
-from packlab import paths, settings
+from packlab import cpus, paths, settings
 
 #: Bump when the generator's output changes, so old datasets are regenerated.
 GENERATOR_VERSION = 2
@@ -278,11 +278,12 @@ def _render_to_file(job: tuple[int, int, int, str]) -> Sample:
 
 
 def available_cores() -> int:
-    """Cores this process may use (respects CPU affinity in containers and batch jobs)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+    """Cores the course uses: this process's CPU affinity (containers, batch jobs), capped by ``PACKLAB_CORES``.
+
+    See :func:`packlab.cpus.course_cores`; size a worker count with
+    :func:`packlab.cpus.workers_for`, which also counts the work to share out.
+    """
+    return cpus.course_cores()
 
 
 def generate(

@@ -20,7 +20,10 @@ and the file over the built-in default. :func:`lookup` says which one a value ca
 * ``PACKLAB_DATA``: the data folder, read by :mod:`packlab.paths`;
 * ``VENV``: the environment folder (a conda environment's prefix works too), read by the Makefile;
 * ``TORCH_BACKEND``: where torch comes from (``cpu``: PyTorch's CPU wheels; ``pypi``: PyPI's build),
-  read by the Makefile when it creates the environment.
+  read by the Makefile when it creates the environment;
+* ``PACKLAB_CORES``: the most cores the course uses (workers, processes), read by
+  :func:`packlab.cpus.course_cores`; the class hub and the cluster recipes set it to an
+  attendee's share (default: every core this process may run on).
 
 ``PACKLAB_SETTINGS`` names another settings file (the tests use it to run without one).
 Nothing here imports more than the standard library: ``make configure`` runs it with the
@@ -46,6 +49,7 @@ KNOWN = {
     "PACKLAB_DATA": "the data folder: the dataset and the packed copies (default: data/ in the repository)",
     "VENV": "the environment folder, or an active conda environment's $CONDA_PREFIX (default: .venv)",
     "TORCH_BACKEND": "where torch comes from: cpu (PyTorch's CPU wheels), pypi (PyPI's build), or any uv --torch-backend",
+    "PACKLAB_CORES": "the most cores the course uses for its workers (default: every core this process may run on)",
 }
 #: What each setting is when nothing sets it (the Makefile and packlab.data, packlab.paths decide the same).
 DEFAULTS = {
@@ -53,6 +57,7 @@ DEFAULTS = {
     "PACKLAB_DATA": "data/ in the repository",
     "VENV": ".venv",
     "TORCH_BACKEND": "cpu" if sys.platform.startswith("linux") else "pypi",  # the Makefile's: cpu on Linux
+    "PACKLAB_CORES": "every core this process may run on",
 }
 #: Settings that hold a folder: written as absolute paths, so they mean the same from any directory.
 FOLDERS = ("PACKLAB_DATA", "VENV")

@@ -67,7 +67,7 @@ class Facts:
     python: tuple[int, int, int]
     platform: str  # sys.platform: linux, darwin, win32
     machine: str  # platform.machine(): x86_64, arm64, ...
-    cores: int
+    cores: int  # cores the course sees (packlab.cpus.visible_cores)
     memory_bytes: int | None  # None: could not tell
     data_root: Path
     free_disk_bytes: int | None
@@ -94,6 +94,10 @@ class Facts:
     torch_cuda: str | None = None  # the CUDA version torch was built for (torch.version.cuda); None: a CPU build
     torch_record: str | None = None  # <environment>/.torch-backend: how make setup chose torch's build
     worker_trials: tuple[WorkerTrial, ...] | None = None  # None: not run (no torch here yet)
+    course_cores: int | None = None  # what the chapters use (PACKLAB_CORES caps it); None: the same as cores
+    cores_origin: str = "the default"  # where PACKLAB_CORES came from (packlab.settings.Setting.origin)
+    cores_problem: str | None = None  # a PACKLAB_CORES that is not a whole number
+    real_cores: int | None = None  # the affinity, when a test emulates another count (PACKLAB_VISIBLE_CORES)
 
 
 @dataclass(frozen=True)
@@ -174,9 +178,21 @@ def check_kernel(f: Facts) -> Result:
 
 
 def check_cores(f: Facts) -> Result:
+    if f.cores_problem:
+        return Result("cores", False, f.cores_problem, "fix the setting as it says, then run `make doctor` again")
+    used = f.cores if f.course_cores is None else f.course_cores
+    seen = f"{f.cores} cores visible"
+    if f.real_cores is not None:
+        seen += f" (emulated by PACKLAB_VISIBLE_CORES; this process may run on {f.real_cores})"
+    why = "every one" if used == f.cores else f"PACKLAB_CORES={used}, {f.cores_origin}"
+    found = f"{seen}; the chapters use {used} workers ({why}), fewer where the work has fewer shards or batches"
+    if used >= MIN_CORES:
+        return Result("cores", True, found)
     if f.cores >= MIN_CORES:
-        return Result("cores", True, f"{f.cores} available to this process")
-    return Result("cores", False, f"only {f.cores} core available to this process; the course compares 0, 1 and 2 workers",
+        return Result("cores", False, f"{found}; the course compares 0, 1 and 2 workers",
+                      f"raise the cap: `make configure PACKLAB_CORES={min(f.cores, 2)}` (or `make configure PACKLAB_CORES=` "
+                      "to use every core)")
+    return Result("cores", False, f"{found}; the course compares 0, 1 and 2 workers",
                   "use a machine with at least 2 cores; on a cluster or hub ask for 2 CPUs per attendee "
                   "(e.g. `salloc --cpus-per-task=2`)")
 

@@ -20,7 +20,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from packlab import paths, settings
+from packlab import cpus, paths, settings
 from packlab.course.doctor.checks import LAB_EXTENSIONS, LAB_PACKAGES, Facts, SettingLine
 from packlab.course.footprint import MEAN_JPEG_BYTES, disk_needed, pinned_versions
 
@@ -234,10 +234,13 @@ def _gather(root: Path, try_workers: bool, setting_lines, settings_problem) -> F
         shm = shutil.disk_usage("/dev/shm").total if Path("/dev/shm").is_dir() else None
     except OSError:
         shm = None
+    cores, course_cores, cores_problem = cpus.visible_cores(), None, None
+    cap = cpus.cores_cap()
     try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
+        course_cores = cpus.course_cores()
+    except settings.SettingsError as exc:
+        cores_problem = str(exc)
+    emulated = os.environ.get(cpus.EMULATED_CORES_VAR, "").strip()
     start_methods = tuple(multiprocessing.get_all_start_methods())
     trials = None
     if try_workers and numpy_here and packages.get("torch") is not None:
@@ -277,4 +280,8 @@ def _gather(root: Path, try_workers: bool, setting_lines, settings_problem) -> F
         torch_cuda=torch_cuda(),
         torch_record=torch_record(),
         worker_trials=trials,
+        course_cores=course_cores,
+        cores_origin=cap.origin(),
+        cores_problem=cores_problem,
+        real_cores=cpus.affinity_cores() if emulated else None,
     )
