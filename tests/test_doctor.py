@@ -55,7 +55,7 @@ def test_a_good_machine_passes_every_check():
     assert all(r.ok for r in results), doctor.report(results)
     assert [r.name for r in results] == ["Python", "uv", "settings", "environment", "notebook kernel", "cores", "memory",
                                          "free disk", "/dev/shm", "start methods", "DataLoader workers", "location",
-                                         "JupyterLab", "data"]
+                                         "JupyterLab", "data", "py-spy"]
     assert doctor.report(results).endswith("READY: every check passed.")
 
 
@@ -68,6 +68,10 @@ FAILURES = {
     "foreign kernel": ("notebook kernel", dict(kernel_python="/usr/bin/python3.8"), "kernelspec"),
     "no kernel": ("notebook kernel", dict(kernel_python=None), "ipykernel"),
     "one core": ("cores", dict(cores=1), "at least 2 cores"),
+    "capped to one core": ("cores", dict(cores=16, course_cores=1, cores_origin="from settings.mk"),
+                           "make configure PACKLAB_CORES=2"),
+    "bad cores setting": ("cores", dict(cores_problem="PACKLAB_CORES='many' (from settings.mk) is not a whole number"),
+                          "fix the setting"),
     "little memory": ("memory", dict(memory_bytes=3 * 2**30), "more memory"),
     "little memory under WSL": ("memory", dict(memory_bytes=3 * 2**30, wsl=True), ".wslconfig"),
     "little disk": ("free disk", dict(free_disk_bytes=5 * 10**9), "PACKLAB_COUNT=2000"),
@@ -112,8 +116,8 @@ def test_each_failure_is_a_cross_that_says_what_to_do(case):
 
 
 def test_every_check_can_fail():
-    """Each check of the report has at least one faked failure above."""
-    assert {name for name, _, _ in FAILURES.values()} == {check(good()).name for check in doctor.CHECKS}
+    """Each check of the report has at least one faked failure above (py-spy's never fails: chapter 11 falls back)."""
+    assert {name for name, _, _ in FAILURES.values()} == {check(good()).name for check in doctor.CHECKS} - {"py-spy"}
 
 
 def test_what_cannot_be_measured_is_not_a_failure():
@@ -302,3 +306,73 @@ def test_a_trial_that_fails_says_why(trial_images, tmp_path):
     assert not trial.ok and not trial.timed_out and "000007.jpg" in trial.error
     good_trial = workers.run_trial(trial_images, "fork")
     assert good_trial.ok and good_trial.seconds > 0
+
+
+def test_the_cores_line_says_how_many_are_visible_and_how_many_the_chapters_use():
+    plain = result(dataclasses.replace(good(), cores=16), "cores")
+    assert plain.ok and "16 cores visible; the chapters use 16 workers (every one)" in plain.found
+    capped = result(dataclasses.replace(good(), cores=16, course_cores=2, cores_origin="from /x/settings.mk"), "cores")
+    assert capped.ok and "the chapters use 2 workers (PACKLAB_CORES=2, from /x/settings.mk)" in capped.found
+    emulated = result(dataclasses.replace(good(), cores=16, course_cores=16, real_cores=2), "cores")
+    assert "emulated by PACKLAB_VISIBLE_CORES; this process may run on 2" in emulated.found
+
+
+def test_packlab_cores_caps_the_cores_the_course_uses_and_never_raises_them(monkeypatch, tmp_path):
+    from packlab import cpus, data, settings
+
+    monkeypatch.setenv(settings.SETTINGS_ENV_VAR, str(tmp_path / "none.mk"))
+    monkeypatch.setenv("PACKLAB_VISIBLE_CORES", "16")
+    monkeypatch.delenv("PACKLAB_CORES", raising=False)
+    assert data.available_cores() == 16 and cpus.workers_for(4, 100) == 4 and cpus.workers_for(0) == 1
+    monkeypatch.setenv("PACKLAB_CORES", "2")
+    assert data.available_cores() == 2 and cpus.workers_for(4) == 2
+    monkeypatch.setenv("PACKLAB_CORES", "64")
+    assert data.available_cores() == 16
+    monkeypatch.delenv("PACKLAB_CORES")
+    (tmp_path / "none.mk").write_text("PACKLAB_CORES ?= 3\n")
+    assert data.available_cores() == 3 and cpus.cores_cap().source == str(tmp_path / "none.mk")
+    monkeypatch.setenv("PACKLAB_CORES", "lots")
+    with pytest.raises(settings.SettingsError, match="PACKLAB_CORES='lots'.*make configure PACKLAB_CORES="):
+        data.available_cores()
+
+
+def test_py_spy_that_attaches_is_a_plain_tick():
+    from packlab.course.doctor.checks import PyspyTrial
+
+    found = result(dataclasses.replace(good(), pyspy=PyspyTrial(True)), "py-spy")
+    assert found.ok and "can attach" in found.found
+
+
+def test_py_spy_refused_by_yama_does_not_block_ready_and_says_what_to_do():
+    from packlab.course.doctor.checks import PyspyTrial
+
+    refused = PyspyTrial(False, "Permission Denied: Try running again with elevated permissions",
+                         "probably not allowed: not root and no CAP_SYS_PTRACE; kernel.yama.ptrace_scope is 1")
+    facts = dataclasses.replace(good(), pyspy=refused)
+    found = result(facts, "py-spy")
+    assert found.ok, "chapter 11 has a fallback: a refused attach must not make the machine NOT READY"
+    assert "cannot attach" in found.found and "ptrace_scope is 1" in found.found and "Permission Denied" in found.found
+    assert "starts its job under py-spy" in found.found
+    assert "sudo sysctl kernel.yama.ptrace_scope=0" in found.found
+    assert doctor.report(doctor.run_checks(facts)).endswith("READY: every check passed.")
+    on_a_mac = result(dataclasses.replace(facts, platform="darwin",
+                                          pyspy=PyspyTrial(False, "This program requires root on OSX.",
+                                                           "probably not allowed: not root and no CAP_SYS_PTRACE; "
+                                                           "the Yama module is not loaded (no ptrace_scope)")), "py-spy")
+    assert on_a_mac.ok and "sudo" in on_a_mac.found and "sysctl" not in on_a_mac.found
+
+
+def test_py_spy_not_tried_is_said_so():
+    assert result(good(), "py-spy").found == "not tried"
+
+
+def test_the_py_spy_trial_reports_a_refusing_py_spy(tmp_path, monkeypatch):
+    from packlab import profiling
+
+    real = profiling.pyspy_executable()
+    stand_in = tmp_path / "py-spy"
+    stand_in.write_text("#!/bin/sh\ncase \"$*\" in *--pid*) echo 'Permission Denied: Try running again' >&2; exit 1;; esac\n"
+                        f"exec '{real}' \"$@\"\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv(profiling.PYSPY_VAR, str(stand_in))
+    assert profiling.attach_trial(timeout=3) == (False, "Permission Denied: Try running again")

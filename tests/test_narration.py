@@ -217,3 +217,45 @@ def test_chapter_12_sentences_follow_each_verdict():
     assert ch12.resume_sources(findings) == "only 'per sample' kept the uninterrupted run's crops after the resume; " \
                                             "'torch global' did not"
     assert ch12.megabytes(2.5e6) == "2.5 MB" and ch12.megabytes(7.04e9) == "7.0 GB" and ch12.megabytes(110e9) == "110 GB"
+
+
+def test_the_chapter_7_sweep_says_where_it_stops_and_why():
+    per_core = ch07.sweep_plan_text(2, 2, 128, 16, 4, 512, 8_000)
+    assert per_core == ("largest count: 2 workers, 4 batches each at least (128 images in batches of 16), "
+                        "one worker per core")
+    by_time = ch07.sweep_plan_text(8, 16, 512, 16, 4, 512, 1_600)
+    assert "8 workers, 4 batches each" in by_time and "rather than at one worker per core (16)" in by_time
+    assert "the sweep reads at most 512 images" in by_time and "which make 32 batches" in by_time
+    by_data = ch07.sweep_plan_text(5, 16, 320, 16, 4, 512, 350)
+    assert "the dataset holds only 350 images from the sweep's start on, which make 21 batches" in by_data
+
+
+def test_chapter_8_says_why_its_loaders_get_fewer_readers_than_cores():
+    assert ch08.readers_text(2, 2, 4, 4) == "2 workers, threads or processes, one per core"
+    fewer = ch08.readers_text(4, 16, 4, 4)
+    assert fewer.startswith("4 workers, threads or processes, not one per core (16): the images make 4 tar shards "
+                            "and 4 batches of 64")
+    assert "ShardSplitError" in fewer
+    assert ch08.readers_text(1, 1, 4, 4) == "1 worker, thread or process, one per core"
+
+
+def test_chapter_11_says_how_many_workers_and_why_fewer_than_the_cores():
+    from packlab.course.narration import ch11
+
+    assert ch11.worker_count(2, 2, "anything") == "2 workers, one per core"
+    words = ch11.worker_count(4, 16, ch11.startup_limit(16))
+    assert words.startswith("4 workers, not 16 (an epoch holds 16 batches") and "start-up" in words
+
+
+def test_chapter_11_says_which_way_py_spy_answered():
+    from packlab import profiling
+    from packlab.course.narration import ch11
+
+    def seen(how, why=""):
+        return profiling.WorkerProfile(how, why, [], 1, 2.0)
+
+    assert "attached to the running job" in ch11.pyspy_sentence(seen(profiling.ATTACHED))
+    refused = ch11.pyspy_sentence(seen(profiling.STARTED_UNDER_PYSPY, "Permission Denied"))
+    assert "may not attach" in refused and "(Permission Denied)" in refused and "its own child" in refused
+    broken = ch11.pyspy_sentence(seen(profiling.SAMPLED_IN_PROCESS, "requires root"))
+    assert "cannot run here (requires root)" in broken and "CPU-time timer" in broken

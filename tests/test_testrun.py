@@ -34,7 +34,7 @@ def fake_phases(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("empty, expected", [("serial", 0), ("unit", 1), ("notebooks", 1), ("browser", 1),
-                                             ("notebooks-small", 1)])
+                                             ("notebooks-8-cores-user", 1), ("notebooks-16-cores-no-ptrace", 1)])
 def test_a_phase_that_collects_nothing_fails_unless_it_may_be_empty(fake_phases, tmp_path, empty, expected):
     fake_phases(empty)
     assert testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[]) == expected
@@ -42,14 +42,15 @@ def test_a_phase_that_collects_nothing_fails_unless_it_may_be_empty(fake_phases,
 
 
 def test_the_machine_is_alone_for_serial_tests_and_notebooks_and_shared_by_unit_and_browser_tests():
-    assert testrun.STAGES == (("serial",), ("notebooks",), ("unit", "browser", "notebooks-small"))
+    assert testrun.STAGES == (("serial",), ("notebooks",),
+                              ("unit", "browser", "notebooks-8-cores-user", "notebooks-16-cores-no-ptrace"))
     assert sorted(p for stage in testrun.STAGES for p in stage) == sorted(testrun.PHASES)
 
 
 def test_every_phase_starts_in_the_stage_order(fake_phases):
     started = fake_phases()
     testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[])
-    assert started == ["serial", "notebooks", "unit", "browser", "notebooks-small"]
+    assert started == ["serial", "notebooks", "unit", "browser", "notebooks-8-cores-user", "notebooks-16-cores-no-ptrace"]
 
 
 def test_every_chapter_and_solution_is_converted_for_nbval_with_its_cells(tmp_path):
@@ -68,9 +69,29 @@ def test_every_chapter_and_solution_is_converted_for_nbval_with_its_cells(tmp_pa
     assert [(c.cell_type, c.source) for c in cells] == [("markdown", "# Title"), ("code", "x = 1")]
 
 
-def test_the_small_data_phase_runs_every_notebook_at_2000_images_in_a_data_folder_of_its_own(tmp_path):
+def test_the_many_core_phases_run_every_notebook_at_2000_images_in_a_data_folder_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKLAB_CORES", "2")  # a cap in the checkout's environment must not hide the emulated cores
     notebooks = [tmp_path / "_build" / "nbtest-small" / "chapters" / "06_x.ipynb"]
-    command = testrun.phase_commands(4, 600, [], notebooks)["notebooks-small"]
-    assert str(notebooks[0]) in command and "packlab.course.pytest_book_cache" not in command  # not the book's numbers
-    env = testrun.small_data_env(tmp_path)
+    commands = testrun.phase_commands(4, 600, [], notebooks)
+    sixteen = commands["notebooks-16-cores-no-ptrace"]
+    assert str(notebooks[0]) in sixteen and "packlab.course.pytest_book_cache" not in sixteen  # not the book's numbers
+    env = testrun.PHASE_ENV["notebooks-16-cores-no-ptrace"](tmp_path)
     assert env["PACKLAB_COUNT"] == "2000" and env["PACKLAB_DATA"] == str(tmp_path / "_build" / "small-data")
+    assert env["PACKLAB_VISIBLE_CORES"] == "16" and "PACKLAB_CORES" not in env
+    assert env["PACKLAB_PYSPY"] == str(tmp_path / testrun.PTRACE_REFUSED_PYSPY)
+    assert testrun.PHASE_ENV["notebooks-8-cores-user"](tmp_path)["PACKLAB_VISIBLE_CORES"] == "8"
+
+
+def test_the_eight_core_phase_runs_as_a_normal_account_the_data_the_doctor_and_every_notebook(tmp_path):
+    notebooks = [tmp_path / "_build" / "nbtest-small" / "solutions" / "03_x.ipynb"]
+    command = testrun.phase_commands(4, 600, [], notebooks)["notebooks-8-cores-user"]
+    assert "packlab.course.attendee_account" in command
+    script = command[-1]
+    assert script.index("packlab.data") < script.index("packlab.course.doctor") < script.index(str(notebooks[0]))
+
+
+def test_the_ptrace_refusing_stand_in_exists_and_is_executable():
+    import os
+
+    standin = testrun.paths.repo_root() / testrun.PTRACE_REFUSED_PYSPY
+    assert standin.is_file() and os.access(standin, os.X_OK)

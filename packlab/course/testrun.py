@@ -12,12 +12,20 @@
    build the book from the notebooks' cache and drive JupyterLab, one test file per
    process. Neither phase times anything, so they may share the machine; the browser
    tests' output is printed when they end, not mixed into the unit tests'.
-5. **and, at the same time, every chapter and solution notebook again in the small-data
-   mode** (``notebooks-small``: :data:`SMALL_COUNT` images, generated under
-   ``_build/small-data/``, the notebooks converted into ``_build/nbtest-small/``): what a
-   JupyterHub with a small quota runs. Its measurements are not the book's (nothing goes
-   to the book's cache), so it may share the cores with the unit tests; what it checks
-   is that every cell runs and every assertion holds at that size.
+5. **and, at the same time, every chapter and solution notebook again, as on the machines
+   the room brings**, in the small-data mode (:data:`SMALL_COUNT` images; the notebooks
+   converted into ``_build/nbtest-small/``). These are crash tests, not timings: nothing
+   goes to the book's cache, so they may share the cores with the unit tests (at a lower
+   priority, ``nice``). Two phases:
+
+   * ``notebooks-8-cores-user``: the course sees 8 cores (``PACKLAB_VISIBLE_CORES``: its
+     workers really start, on the cores there are) and runs as **a throwaway normal
+     account** (:mod:`packlab.course.attendee_account`), which generates its own data,
+     runs the doctor and then every notebook; the checkout is read-only to it;
+   * ``notebooks-16-cores-no-ptrace``: the course sees 16 cores, and ``py-spy`` is a
+     stand-in that refuses to attach to another process as Yama's ``ptrace_scope = 1``
+     makes it refuse (:data:`PTRACE_REFUSED_PYSPY`), so chapter 11's profiling cells take
+     their fallback. Its data is generated under ``_build/small-data/``.
 
 Every phase runs even when an earlier one failed, so one run reports everything; the
 exit status is non-zero when any phase failed. A phase that collects no test at all is
@@ -35,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,11 +53,15 @@ from pathlib import Path
 from packlab import paths
 from packlab.course.pytest_book_cache import NBTEST_DIR
 
-PHASES = ("serial", "notebooks", "unit", "browser", "notebooks-small")
+#: The phases that run the notebooks as on attendees' machines: name -> cores the course sees.
+MACHINE_PHASES = {"notebooks-8-cores-user": 8, "notebooks-16-cores-no-ptrace": 16}
+PHASES = ("serial", "notebooks", "unit", "browser", *MACHINE_PHASES)
 #: Phases run one group after another; the phases of one group run at the same time.
-STAGES = (("serial",), ("notebooks",), ("unit", "browser", "notebooks-small"))
+STAGES = (("serial",), ("notebooks",), ("unit", "browser", *MACHINE_PHASES))
 #: The small-data mode's size (setup.md recommends it for a JupyterHub with a small quota).
 SMALL_COUNT = 2000
+#: A py-spy that refuses to attach as Yama's ptrace_scope = 1 makes it refuse a normal user (chapter 11's fallback).
+PTRACE_REFUSED_PYSPY = Path("tests") / "standins" / "py-spy-ptrace-refused"
 #: The small-data phase's notebooks run behind the unit tests for the cores (``nice``, where there is one).
 NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
 #: Where the small-data phase converts its notebooks and generates its dataset.
@@ -87,8 +100,25 @@ def convert_notebooks(root: Path, out_dir: Path = NBTEST_DIR) -> list[Path]:
 
 
 def small_data_env(root: Path) -> dict[str, str]:
-    """The environment of the small-data phase: its count and data folder, whatever the checkout's settings say."""
-    return {**os.environ, "PACKLAB_COUNT": str(SMALL_COUNT), "PACKLAB_DATA": str(root / SMALL_DATA_DIR)}
+    """The small-data phases' environment: count and data folder, whatever the checkout's settings say.
+
+    ``PACKLAB_CORES`` is dropped: a cap in this checkout's settings would hide the many cores
+    the phases emulate (``PACKLAB_SETTINGS`` points at no file).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PACKLAB_CORES"}
+    return {**env, "PACKLAB_COUNT": str(SMALL_COUNT), "PACKLAB_DATA": str(root / SMALL_DATA_DIR),
+            "PACKLAB_SETTINGS": str(root / SMALL_DATA_DIR / "no-settings.mk")}
+
+
+def many_cores_env(cores: int, ptrace_refused: bool = False):
+    """The environment of a phase that emulates ``cores`` visible cores (and a py-spy refused ptrace)."""
+    def env(root: Path) -> dict[str, str]:
+        extra = {"PACKLAB_VISIBLE_CORES": str(cores)}
+        if ptrace_refused:  # the stand-in hands what Yama allows to the real py-spy, installed beside this Python
+            extra.update(PACKLAB_PYSPY=str(root / PTRACE_REFUSED_PYSPY),
+                         PACKLAB_REAL_PYSPY=str(Path(sys.executable).with_name("py-spy")))
+        return {**small_data_env(root), **extra}
+    return env
 
 
 def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
@@ -96,6 +126,9 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
     """The pytest command line of each phase."""
     # The 20 slowest tests or cells of each phase are listed at its end: where the time went.
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=20"]
+    # The small-data notebooks (as "python -m pytest ...", the first word left out for the normal account's Python).
+    nbval_args = ["-m", "pytest", "-p", "no:cacheprovider", "--durations=20", *map(str, small_notebooks or []),
+                  "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}"]
     return {
         "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load",
                  # Two tests at a time per process, the longest first (tests/conftest.py).
@@ -111,13 +144,19 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
                     "-n", "2", "--dist", "loadfile", f"--basetemp={paths.build_dir() / 'pytest-browser'}"],
         # Not handed to the book's cache: these runs measure the small dataset beside the unit tests, at a lower
         # priority (nice), so that the unit tests that wait with a timeout get the cores first.
-        "notebooks-small": [*NICE, *pytest, *map(str, small_notebooks or []), "--nbval-lax", "--nbval-current-env",
-                            f"--nbval-cell-timeout={cell_timeout}", f"--basetemp={paths.build_dir() / 'pytest-small'}"],
+        # A normal account: generates its data, runs the doctor, then every notebook (its temporary folder in its home).
+        "notebooks-8-cores-user": [*NICE, sys.executable, "-m", "packlab.course.attendee_account",
+                                   "--keep-env", "PACKLAB_COUNT,PACKLAB_VISIBLE_CORES,PACKLAB_SETTINGS", "--",
+                                   "bash", "-c", 'python -m packlab.data -q && python -m packlab.course.doctor && '
+                                   f'exec python {shlex.join(nbval_args)} --basetemp="$HOME/pytest"'],
+        "notebooks-16-cores-no-ptrace": [*NICE, sys.executable, *nbval_args,
+                                         f"--basetemp={paths.build_dir() / 'pytest-16-cores'}"],
     }
 
 
-#: Phases that run with an environment of their own (see :func:`small_data_env`).
-PHASE_ENV = {"notebooks-small": small_data_env}
+#: Phases that run with an environment of their own.
+PHASE_ENV = {"notebooks-8-cores-user": many_cores_env(8),
+             "notebooks-16-cores-no-ptrace": many_cores_env(16, ptrace_refused=True)}
 
 
 def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> dict[str, dict]:
@@ -150,8 +189,8 @@ def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> 
 def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
     root = paths.repo_root()
     notebooks = convert_notebooks(root) if "notebooks" in only else []
-    small = convert_notebooks(root, NBTEST_SMALL_DIR) if "notebooks-small" in only else []
-    if small:  # the small dataset, before its phase starts (seconds; nothing if it is there already)
+    small = convert_notebooks(root, NBTEST_SMALL_DIR) if set(MACHINE_PHASES) & set(only) else []
+    if small:  # the small dataset, before its phases start (seconds; nothing if it is there already)
         subprocess.run([sys.executable, "-m", "packlab.data", "-q"], cwd=root, env=small_data_env(root), check=True,
                        timeout=1800)
     commands = {phase: command + extra

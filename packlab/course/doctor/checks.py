@@ -52,6 +52,15 @@ class WorkerTrial:
 
 
 @dataclass(frozen=True)
+class PyspyTrial:
+    """Whether ``py-spy dump`` could attach to a sibling process (:func:`packlab.profiling.attach_trial`), and why not."""
+
+    attached: bool
+    said: str = ""  # what py-spy said when it could not
+    permission: str = ""  # packlab.profiling.ptrace_permission(): root, the capability, Yama's scope
+
+
+@dataclass(frozen=True)
 class SettingLine:
     """A course setting as the doctor shows it: its value and where that came from (:mod:`packlab.settings`)."""
 
@@ -98,6 +107,7 @@ class Facts:
     cores_origin: str = "the default"  # where PACKLAB_CORES came from (packlab.settings.Setting.origin)
     cores_problem: str | None = None  # a PACKLAB_CORES that is not a whole number
     real_cores: int | None = None  # the affinity, when a test emulates another count (PACKLAB_VISIBLE_CORES)
+    pyspy: PyspyTrial | None = None  # None: not tried (the trials were skipped)
 
 
 @dataclass(frozen=True)
@@ -359,8 +369,27 @@ def check_location(f: Facts) -> Result:
         "(`make configure PACKLAB_DATA=~/packed-data`, or leave it unset)")
 
 
+def check_pyspy(f: Facts) -> Result:
+    """Whether py-spy can attach to a running process. Never ✗: chapter 11 falls back where it cannot."""
+    if f.pyspy is None:
+        return Result("py-spy", True, "not tried")
+    if f.pyspy.attached:
+        return Result("py-spy", True, "can attach to a running process here (chapter 11 profiles its job live)")
+    if f.platform == "darwin":
+        how = "to attach, run JupyterLab or the job with `sudo`"
+    elif "ptrace_scope is" in f.pyspy.permission:
+        how = ("to attach, `sudo sysctl kernel.yama.ptrace_scope=0` (until the next reboot), or run py-spy with `sudo`; "
+               "in a container, start it with --cap-add SYS_PTRACE")
+    else:
+        how = "to attach, run py-spy with `sudo`, or start a container with --cap-add SYS_PTRACE"
+    return Result("py-spy", True, f"cannot attach to a running process here ({f.pyspy.said}; {f.pyspy.permission}). "
+                                  f"Not needed: chapter 11 then starts its job under py-spy, or samples the work "
+                                  f"itself; {how}")
+
+
 CHECKS = (check_python, check_uv, check_settings, check_environment, check_kernel, check_cores, check_memory,
-          check_disk, check_shm, check_start_methods, check_workers, check_location, check_jupyterlab, check_data)
+          check_disk, check_shm, check_start_methods, check_workers, check_location, check_jupyterlab, check_data,
+          check_pyspy)
 
 
 def run_checks(facts: Facts) -> list[Result]:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from packlab import cpus, paths, settings
-from packlab.course.doctor.checks import LAB_EXTENSIONS, LAB_PACKAGES, Facts, SettingLine
+from packlab.course.doctor.checks import LAB_EXTENSIONS, LAB_PACKAGES, Facts, PyspyTrial, SettingLine
 from packlab.course.footprint import MEAN_JPEG_BYTES, disk_needed, pinned_versions
 
 
@@ -247,6 +247,13 @@ def _gather(root: Path, try_workers: bool, setting_lines, settings_problem) -> F
         from packlab.course.doctor import workers
 
         trials = workers.run_trials([m for m in ("fork", "spawn") if m in start_methods])
+    pyspy = None
+    if try_workers:
+        from packlab import profiling  # standard library only at import: runs before make setup too
+
+        attached, said = profiling.attach_trial(timeout=3)
+        # ptrace_permission ends with advice (". Run py-spy with sudo..."); the check gives its own
+        pyspy = PyspyTrial(attached, said, profiling.ptrace_permission().split(". Run ")[0])
     uv_version, uv_path = uv_facts(root)
     share = Path(sys.prefix) / "share" / "jupyter" / "labextensions"
     return Facts(
@@ -284,4 +291,5 @@ def _gather(root: Path, try_workers: bool, setting_lines, settings_problem) -> F
         cores_origin=cap.origin(),
         cores_problem=cores_problem,
         real_cores=cpus.affinity_cores() if emulated else None,
+        pyspy=pyspy,
     )

@@ -32,6 +32,32 @@ def waiting_verdict(waiting_share: float, step_share: float) -> str:
             "would change little until the model gets faster (a GPU)")
 
 
+def worker_count(workers: int, cores: int, limit: str) -> str:
+    """How many workers a loader got and, where fewer than the cores, what held them back (``limit``)."""
+    if workers >= cores:
+        return f"{workers} workers, one per core"
+    return f"{workers} workers, not {cores} ({limit})"
+
+
+def startup_limit(batches: int) -> str:
+    """Why an epoch of ``batches`` gets at most a quarter as many workers: each worker's first batch is start-up."""
+    return f"an epoch holds {batches} batches and each worker's first is start-up: at most a quarter go to start-up"
+
+
+def pyspy_sentence(seen) -> str:
+    """Which of :func:`packlab.profiling.profile_workers`' three ways answered (``seen``), and why the earlier ones did not."""
+    from packlab import profiling
+
+    how, why = seen.how, seen.why
+    if how == profiling.ATTACHED:
+        return f"py-spy attached to the running job: a snapshot of every process, then a recording of {seen.seconds:g} s."
+    if how == profiling.STARTED_UNDER_PYSPY:
+        return (f"py-spy may not attach to another process here ({why}), so it started the job as its own child and "
+                "recorded it: no snapshot of one moment, so below is the stack each process was sampled in most often.")
+    return (f"py-spy cannot run here ({why}), so the workers' work ran in this process, sampled by a CPU-time timer; below is "
+            "the stack it was sampled in most often, and there is no separate main process.")
+
+
 def top_functions_table(tops: Mapping[str, list[tuple[str, float]]]):
     """py-spy's innermost functions per kind of process, as a Markdown table."""
     rows = []
