@@ -65,7 +65,7 @@ TWO_SPREAD_HELPERS = [
     ("ch03.reopen_verdict", lambda a: (a, BASE), ch03.reopen_verdict),
     ("ch03.than", lambda a: (a, BASE), ch03.than),
     ("ch04.gain_verdict", lambda a: (a, BASE), ch04.gain_verdict),
-    ("ch04.beyond_cores_sentence", lambda a: (BASE, a, 2), ch04.beyond_cores_sentence),
+    ("ch04.beyond_cores_sentence", lambda a: (BASE, a, 2, 4), ch04.beyond_cores_sentence),
     ("ch04.persistence_saving", lambda a: (BASE, a), ch04.persistence_saving),
     ("ch05.parse_verdict", lambda a: (a, BASE), ch05.parse_verdict),
     ("ch05.versus_webdataset", lambda a: (a, BASE), ch05.versus_webdataset),
@@ -144,6 +144,13 @@ def test_the_simulation_sentence_and_small_helpers():
     assert ch02.crc_sentence(20.0, Spread.of([2000.0] * 6)).endswith("4 % of the raw folder's 500 µs per image.")
 
 
+def test_what_two_workers_can_use_follows_the_cores():
+    assert "both cores here busy" in ch01.two_workers_cores(2) and "cannot add much" in ch01.two_workers_cores(2)
+    assert "the one core here" in ch01.two_workers_cores(1)
+    sixteen = ch01.two_workers_cores(16)
+    assert "at most two of the 16 cores" in sixteen and "can add speed" in sixteen and "cannot" not in sixteen
+
+
 def test_a_single_run_is_reported_without_a_verdict():
     text = ch04.spawn_start_sentence(5.3, 1.1)
     assert "5.3 s" in text and "4.2 s more" in text and "one run of each" in text and not claims_clear(text)
@@ -182,3 +189,18 @@ def test_the_multiplicity_sentence_counts_the_verdicts_the_chapters_draw():
     assert sites["01_jpeg_files.md"] >= 5 and sum(sites.values()) >= 50
     text = ch01.multiplicity_sentence({"a.md": 30, "b.md": 20}, 0.02)
     assert "at 50 places" in text and "about 1.0 false" in text and '"' not in text
+
+
+def test_the_chapter_4_sweep_says_where_it_stops_and_why():
+    full = ch04.sweep_plan_text(4, 2, 128, 8, 4, 10_000)
+    assert full == "largest count: 4 workers, 4 batches each at least (128 images in batches of 8), two workers per core"
+    capped = ch04.sweep_plan_text(62, 32, 1_984, 8, 4, 2_000)
+    assert capped.startswith("largest count: 62 workers, 4 batches each at least (1984 images in batches of 8); ")
+    assert "rather than at two workers per core (64)" in capped and "2,000 images make only 250 batches" in capped
+    well_formed(full)
+    well_formed(capped)
+
+
+def test_a_sweep_that_stopped_at_one_worker_per_core_says_it_has_no_point_beyond():
+    text = ch04.beyond_cores_sentence(BASE, None, 62, 62)
+    assert text == "the sweep stopped at 62 workers, so it has no point beyond them" and not claims_clear(text)

@@ -16,15 +16,32 @@ def gain_verdict(more_workers: Spread, fewer_workers: Spread) -> str:
                    "no clear difference")
 
 
-def beyond_cores_sentence(at_cores: Spread, beyond: Spread, cores: int) -> str:
-    """From one worker per core to two per core, for JPEG members read from the page cache."""
+def sweep_plan_text(most_workers: int, cores: int, images: int, batch_size: int, batches_each: int,
+                    dataset_images: int) -> str:
+    """The worker sweep's size: its largest count, the batches each of those workers makes, and why the count
+    stops below two workers per core when the dataset is too small for that."""
+    plural = "s" * (most_workers != 1)
+    text = (f"largest count: {most_workers} worker{plural}, {images // batch_size // most_workers} batches each "
+            f"at least ({images} images in batches of {batch_size})")
+    if most_workers >= 2 * cores:
+        return text + ", two workers per core"
+    return (text + f"; it stops there rather than at two workers per core ({2 * cores}): each worker should make "
+            f"{batches_each} batches of {batch_size}, and the dataset's {dataset_images:,} images make only "
+            f"{dataset_images // batch_size} batches")
+
+
+def beyond_cores_sentence(at_cores: Spread, beyond: Spread | None, at_count: int, beyond_count: int) -> str:
+    """From one worker per core (``at_count``) to the sweep's largest count, for JPEG members read from the page
+    cache; ``beyond`` is ``None`` when the sweep stopped at ``at_count``."""
+    if beyond is None:
+        return f"the sweep stopped at {at_count} workers, so it has no point beyond them"
     seen = {
         1: "a clear gain, so something other than the CPU held the workers back in these runs (other programs, "
            "or waits for the disk)",
         -1: "a clear loss: the extra workers only competed for the same cores",
         0: "no clear difference",
     }[compare(beyond, at_cores)]
-    return f"between {cores} and {2 * cores} workers the zip of JPEGs showed {seen}"
+    return f"between {at_count} and {beyond_count} workers the zip of JPEGs showed {seen}"
 
 
 def persistence_saving(fresh: Spread, kept: Spread) -> str:

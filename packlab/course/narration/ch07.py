@@ -21,6 +21,26 @@ _LAYOUT_NAMES = {"folder": "the folder", "zip": "the zip through ZipFile", "zip_
                  "tar": "tar shards"}
 
 
+def sweep_plan_text(workers: int, cores: int, images: int, batch_size: int, batches_each: int, most_images: int,
+                    images_left: int) -> str:
+    """The worker sweep's size: its largest count, the batches each of those workers makes, and why the count
+    stops below one per core when it does (``most_images``: what the chapter's time allows; ``images_left``: the
+    dataset's images from the sweep's start on)."""
+    plural = "s" * (workers != 1)
+    text = (f"largest count: {workers} worker{plural}, {images // batch_size // workers} batches each at least "
+            f"({images} images in batches of {batch_size})")
+    if workers >= cores:
+        return text + ", one worker per core"
+    if most_images <= images_left:
+        limit = (f"the sweep reads at most {most_images} images (the model trains on every image of every run, in "
+                 "one process, and the chapter's time allows no more)")
+    else:
+        limit = f"the dataset holds only {images_left} images from the sweep's start on"
+    batches = min(most_images, images_left) // batch_size
+    return (text + f"; it stops there rather than at one worker per core ({cores}): each worker should make "
+            f"{batches_each} batches of {batch_size}, and {limit}, which make {batches} batches")
+
+
 def _which_side(alone: dict[int, Spread], appetite: Spread) -> str:
     """Which side sets the pace, worker count by worker count."""
     relation = {w: verdict(s, appetite, "faster than", "slower than", "not clearly different from")

@@ -15,6 +15,16 @@ def versus(a: Spread, b: Spread, other: str) -> str:
     return verdict(a, b, f"faster than {other}", f"slower than {other}", f"not clearly different from {other}")
 
 
+def readers_text(readers: int, cores: int, shards: int, batches: int) -> str:
+    """How many workers, threads or processes each loader gets, and why, when that is fewer than the cores."""
+    plural = "s" * (readers != 1)
+    if readers >= cores:
+        return f"{readers} worker{plural}, thread{plural} or process{'es' * (readers != 1)}, one per core"
+    return (f"{readers} worker{plural}, thread{plural} or process{'es' * (readers != 1)}, not one per core ({cores}): "
+            f"the images make {shards} tar shards and {batches} batches of 64, and a reader without a shard or a batch "
+            "would measure nothing (a tar reader without a shard stops the loader with a ShardSplitError)")
+
+
 @provides_figures("one_rate", "all_rate", "scaling", "dl_rate", "dl_share", "scaling_verdict")
 def gap_figures(gap: dict[str, Spread], cores: int) -> dict:
     """The decode ceilings of one and of all cores, and the DataLoader's share of the latter."""
