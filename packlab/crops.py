@@ -36,7 +36,6 @@ Three ways to get the 224 x 224 uint8 crop out of JPEG bytes, all given the same
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import math
 from collections.abc import Callable
@@ -47,6 +46,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import IterableDataset
 
+from packlab import seeding
 from packlab.transforms import CorruptImageError
 
 #: The side of the crops a training job feeds its model.
@@ -85,13 +85,14 @@ class Crop:
 
 
 def sample_seed(seed: int, epoch: int, key: str) -> int:
-    """A 63-bit seed for one sample in one epoch: the same in every process, run and Python.
+    """A 63-bit seed for sample ``key`` in one epoch: the same in every process, run and Python.
 
-    Python's ``hash()`` of a string changes with ``PYTHONHASHSEED`` from one interpreter to
-    the next; a cryptographic digest of the three values does not.
+    The course's one per-sample seed, :func:`packlab.seeding.sample_seed` of ``(seed, epoch,
+    index)``, with the key made a number by :func:`packlab.seeding.key_number` (BLAKE2b of
+    its bytes; Python's ``hash()`` of a string changes with ``PYTHONHASHSEED`` from one
+    interpreter to the next).
     """
-    digest = hashlib.blake2b(f"{seed}:{epoch}:{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & (2**63 - 1)
+    return seeding.sample_seed(seed, epoch, seeding.key_number(key))
 
 
 @functools.lru_cache(maxsize=8)

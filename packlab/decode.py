@@ -92,9 +92,11 @@ def decode_pillow_draft(data: bytes, source: str = "<bytes>", size: int = IMAGE_
 def decode_torchvision(data: bytes | torch.Tensor, source: str = "<bytes>") -> torch.Tensor:
     """The whole JPEG, decoded by libjpeg-turbo inside torchvision: a 3 x H x W uint8 tensor.
 
-    ``torchvision.io.decode_jpeg`` wants the bytes as a 1-D uint8 tensor; ``frombuffer``
-    makes one without copying (over a ``bytearray``, since ``bytes`` are read-only). The
-    result is a channels-first *view* of the decoder's height x width x RGB output.
+    ``torchvision.io.decode_jpeg`` wants the bytes as a 1-D uint8 tensor. ``frombuffer``
+    wraps a buffer without copying, but ``bytes`` are read-only (torch warns that writing to
+    such a tensor is undefined), so the bytes are first copied into a ``bytearray``: one copy
+    of the compressed file, several times smaller than the image the decoder then writes.
+    The result is a channels-first *view* of the decoder's height x width x RGB output.
     """
     encoded = data if isinstance(data, torch.Tensor) else torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:

@@ -27,6 +27,15 @@ harmless:
    (:func:`stop_signals_held`): a worker inherits the block, through ``fork`` and through
    the ``exec`` of ``spawn``, so a signal that lands before its ``worker_init_fn`` waits and is
    then discarded, while the training process takes its own copy as soon as the workers are up.
+   The training process still ends its workers itself: once the final checkpoint is written
+   it sends ``SIGKILL`` to every worker still alive (:func:`end_workers`). A worker that
+   ignores SIGTERM is out of reach of the two fallbacks that would otherwise end it, the
+   DataLoader's ``terminate()`` of a worker that did not stop within 5 s and Python's exit,
+   which sends ``terminate()`` to its daemon children and then joins them *without* a
+   timeout (``multiprocessing.util._exit_function``): a worker blocked in a read (a hung
+   NFS mount, a stalled object-store request) would keep the job alive until the
+   scheduler's ``SIGKILL``, and the job would end killed, not with
+   :data:`STOPPED_EXIT_CODE`, and not be requeued.
 4. **After SIGKILL, lose only what came after the last checkpoint.** ``SIGKILL`` cannot be
    caught. The steps after the last checkpoint are lost, model updates and data position
    alike, and are done again after the restart: the union of what the checkpoints record
@@ -69,7 +78,9 @@ def ignore_stop_signals(worker_id: int | None = None) -> None:
 
     A worker that ignores SIGTERM still ends when it should: the DataLoader ends its
     workers with a message on their queues (``None``) and a shared event, not with a
-    signal, and a worker whose training process died notices through its watchdog.
+    signal, and a worker whose training process died notices through its watchdog. Both
+    need the worker to get back to its loop; one blocked in a read does not, which is why
+    the training loop ends its workers itself after its last checkpoint (:func:`end_workers`).
     """
     for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
@@ -102,6 +113,56 @@ def stop_signals_held():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def end_workers(batches) -> None:
+    """``SIGKILL`` every worker of the DataLoader iterator ``batches`` still alive, and reap it.
+
+    The parent may stop its workers; nobody else may (:func:`ignore_stop_signals`). Called
+    once the work is saved: the workers hold nothing but prefetched batches, which the
+    checkpoint's loader state does not count as delivered. First the workers' pids are
+    taken off torch's watch list (what ``_shutdown_workers`` does at its end), so that the
+    training process's SIGCHLD handler does not report "DataLoader worker (pid ...) is
+    killed by signal" for a death this process chose. ``SIGKILL``, not ``SIGTERM``, because
+    the workers ignore SIGTERM, and because a process in an uninterruptible read is ended
+    by nothing else.
+    """
+    workers = [w for w in getattr(batches, "_workers", ()) if w.is_alive()]
+    if not workers:
+        return
+    if getattr(batches, "_worker_pids_set", False):
+        from torch.utils.data._utils import signal_handling
+
+        signal_handling._remove_worker_pids(id(batches))
+        batches._worker_pids_set = False
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGKILL)
+    for worker in workers:
+        worker.join(timeout=10)
+
+
+class HangingRead:
+    """A transform for tests: worker 0 decodes ``after`` samples, then blocks in a read that never returns.
+
+    It stands for a worker stuck on a hung file system or a stalled network read when the
+    loop is stopped: it waits in ``os.read`` on a pipe whose other end nobody writes, a
+    system call that SIGTERM's "ignore" leaves waiting.
+    """
+
+    def __init__(self, transform, after: int):
+        self.transform, self.after, self.done = transform, after, 0
+
+    def __call__(self, image_bytes: bytes, source: str = "<bytes>"):
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        if info is not None and info.id == 0:
+            self.done += 1
+            if self.done > self.after:
+                never, _writer = os.pipe()
+                os.read(never, 1)
+        return self.transform(image_bytes, source)
 
 
 def save_checkpoint(path: Path, checkpoint: dict) -> None:
@@ -156,8 +217,9 @@ def run(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 on torch 2.13
     checkpoint_path = Path(args.checkpoint)
     progress = Path(args.progress) if args.progress else None
+    transform = skip_decode if args.hang_worker_after is None else HangingRead(skip_decode, args.hang_worker_after)
     dataset = TarShardDataset(args.shards, shuffle_buffer=args.shuffle_buffer, seed=args.seed,
-                              transform=skip_decode, return_key=True)
+                              transform=transform, return_key=True)
     loader_options = dict(batch_size=args.batch_size, num_workers=args.workers, timeout=args.timeout if args.workers else 0,
                           multiprocessing_context=args.start_method if args.workers else None,
                           worker_init_fn=ignore_stop_signals if args.workers else None)
@@ -185,25 +247,29 @@ def run(args: argparse.Namespace) -> int:
 
     with stop_signals_held():  # the workers start here, and inherit the block
         batches = iter(loader)
-    for _, _, batch_keys in batches:
-        keys += list(batch_keys)
-        step += 1
-        if args.step_seconds:
-            time.sleep(args.step_seconds)  # the model's forward and backward pass
-        if step % args.every == 0:
-            checkpoint()
-        _write_progress(progress, step, len(keys))
-        if args.pause_after is not None and step == args.pause_after:
-            print(f"paused after step {step}: waiting to be stopped", flush=True)
-            while not stop:
-                time.sleep(0.02)
-        if stop:
-            checkpoint()
-            print(f"signal {stop.received} at step {step}: checkpoint written, {len(keys)} samples done", flush=True)
-            return STOPPED_EXIT_CODE
-    checkpoint(done=True)
-    print(f"epoch complete: {len(keys)} samples in {step} steps over {runs} run(s)", flush=True)
-    return 0
+    try:
+        for _, _, batch_keys in batches:
+            keys += list(batch_keys)
+            step += 1
+            if args.step_seconds:
+                time.sleep(args.step_seconds)  # the model's forward and backward pass
+            if step % args.every == 0:
+                checkpoint()
+            _write_progress(progress, step, len(keys))
+            if args.pause_after is not None and step == args.pause_after:
+                print(f"paused after step {step}: waiting to be stopped", flush=True)
+                while not stop:
+                    time.sleep(0.02)
+            if stop:
+                checkpoint()
+                print(f"signal {stop.received} at step {step}: checkpoint written, {len(keys)} samples done",
+                      flush=True)
+                return STOPPED_EXIT_CODE
+        checkpoint(done=True)
+        print(f"epoch complete: {len(keys)} samples in {step} steps over {runs} run(s)", flush=True)
+        return 0
+    finally:
+        end_workers(batches)  # after the last checkpoint, and after an error too: nothing else can end them
 
 
 def _write_progress(progress: Path | None, step: int, samples: int) -> None:
@@ -340,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", help="a file rewritten after every step with the step and sample count "
                         "(step 0: the signal handlers are in place)")
     parser.add_argument("--timeout", type=float, default=300.0, help="DataLoader timeout per batch, seconds")
+    parser.add_argument("--hang-worker-after", type=int, help="for tests: worker 0 blocks in a read after this many "
+                        "samples, as on a hung file system")
     stop = StopRequest()  # first: a signal that arrives while torch is being imported still writes a checkpoint
     args = parser.parse_args(argv)
     args.stop_request = stop

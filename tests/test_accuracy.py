@@ -140,3 +140,20 @@ def test_the_peers_read_their_label_only_copies_completely(tmp_path):
         assert sorted(order.tolist()) == list(range(120)), algo
     mix = peers.random_mix([50, 50], [0.7, 0.3], seed=0)
     assert set(mix.tolist()) == {0, 1} and len(mix) < 100
+
+
+def test_example_echoing_counts_the_fresh_samples_in_its_buffer_as_delivered(small_images):
+    """A sample waiting in the shuffle buffer had to be loaded: it counts as fresh, not only what was trained on."""
+    order, factor, buffer, batch = np.arange(64), 4, 16, 8
+    batches = echo.sample_echo(order, factor, seed=0, buffer=buffer, batch_size=batch)
+    distinct = [len(set(np.concatenate(batches[: i + 1]).tolist())) for i in range(len(batches))]
+    # By the end of batch i the buffer has taken in its 16 copies and one more for each of the (i + 1) * 8 it gave out.
+    expected = [min(len(order), -(-(buffer + batch * (i + 1)) // factor)) for i in range(len(batches))]
+    assert batches.delivered.tolist() == expected
+    assert all(d >= seen for d, seen in zip(batches.delivered, distinct)) and batches.delivered[0] > distinct[0]
+    train, holdout = training.split_holdout(small_images, 20)
+    fresh = training.global_order(0, 0, len(train))[:24]
+    schedule = echo.sample_echo(fresh, factor, seed=1, buffer=buffer, batch_size=batch)
+    result = training.train_schedule(train, holdout, schedule, seed=4, curve_every=1)
+    assert [count for _, count, _ in result.curve] == schedule.delivered.tolist()
+    assert result.curve[0][1] > len(set(schedule[0].tolist()))

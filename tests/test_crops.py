@@ -227,3 +227,11 @@ def test_the_profile_keeps_only_steady_steps_and_prints_nothing(capfd):
     assert profile.waiting_seconds + profile.step_seconds <= profile.wall_seconds * 1.05
     printed = capfd.readouterr()
     assert "gpuGetDeviceCount" not in printed.err and "profiler_start" not in printed.err
+
+
+def test_the_crops_per_sample_seed_is_the_courses_one_seed_scheme():
+    """One per-sample seed in the course: ``seeding.sample_seed`` of (seed, epoch, index), a key made a number first."""
+    from packlab import seeding
+
+    for seed, epoch, key in [(0, 0, "000000"), (7, 2, "000123"), (1, 5, "n01440764_10026")]:
+        assert crops.sample_seed(seed, epoch, key) == seeding.sample_seed(seed, epoch, seeding.key_number(key))

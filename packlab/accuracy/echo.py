@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from packlab.accuracy.training import BATCH_SIZE, RunResult, batches_of
+from packlab.accuracy.training import BATCH_SIZE, DeliveredBatches, RunResult, batches_of
 from packlab.loaders.tar import shuffle_buffer
 
 #: Samples in the buffer that spreads an echoed sample's copies apart (example echoing).
@@ -32,11 +32,32 @@ ECHO_BUFFER = 1000
 
 
 def sample_echo(order: Sequence[int], factor: int, seed: int, buffer: int = ECHO_BUFFER,
-                batch_size: int = BATCH_SIZE) -> list[np.ndarray]:
-    """Each sample of ``order`` repeated ``factor`` times as it arrives, through a shuffle buffer, then batched."""
-    repeated = (index for index in order for _ in range(factor))
+                batch_size: int = BATCH_SIZE) -> DeliveredBatches:
+    """Each sample of ``order`` repeated ``factor`` times as it arrives, through a shuffle buffer, then batched.
+
+    The batches come with how many fresh samples the loader had delivered by the end of
+    each (:class:`~packlab.accuracy.training.DeliveredBatches`): those in the buffer count
+    too, up to ``buffer / factor`` more than the distinct samples trained on so far. They
+    had to be loaded, and counting only what was trained on would make echoing look cheaper
+    in fresh images than it is.
+    """
+    read = 0  # fresh samples taken from the loader so far
+
+    def repeated():
+        nonlocal read
+        for index in order:
+            read += 1
+            for _ in range(factor):
+                yield index
+
     rng = random.Random(f"echo-{seed}-{factor}")
-    return batches_of(list(shuffle_buffer(repeated, buffer, rng)), batch_size)
+    out, delivered = [], []
+    for index in shuffle_buffer(repeated(), buffer, rng):  # it takes the next sample in before it yields one
+        out.append(index)
+        delivered.append(read)
+    batches = batches_of(out, batch_size)
+    ends = [min((i + 1) * batch_size, len(out)) - 1 for i in range(len(batches))]
+    return DeliveredBatches(batches, [delivered[end] for end in ends])
 
 
 def batch_echo(order: Sequence[int], factor: int, batch_size: int = BATCH_SIZE) -> list[np.ndarray]:

@@ -42,6 +42,22 @@ def batches_of(order: Sequence[int], batch_size: int = BATCH_SIZE) -> list[np.nd
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+class DeliveredBatches(list):
+    """Batches to train on, with how many fresh images the loader had delivered by the end of each one (``delivered``).
+
+    For a schedule that passes the loader's output through a buffer (example echoing's
+    shuffle buffer), more fresh images have been delivered than trained on: the buffer holds
+    the rest. :func:`train_schedule` counts these, where a plain list of batches counts the
+    distinct images trained on so far.
+    """
+
+    def __init__(self, batches, delivered):
+        super().__init__(batches)
+        self.delivered = np.asarray(delivered, dtype=np.int64)
+        if len(self.delivered) != len(self):
+            raise ValueError(f"{len(self)} batches but {len(self.delivered)} delivered counts")
+
+
 def as_float(pixels: np.ndarray) -> torch.Tensor:
     """uint8 N x H x W x 3 to the model's float N x 3 x H x W in [0, 1]."""
     return torch.from_numpy(pixels).permute(0, 3, 1, 2).float().div_(255)
@@ -70,7 +86,9 @@ def train_schedule(train: SmallImages, holdout: SmallImages, schedule: Sequence[
     """Train a fresh :class:`TinyCNN` (weights drawn from ``seed``) on ``schedule``; return its held-out accuracy.
 
     With ``curve_every=k`` the held-out accuracy is also measured every ``k`` steps, with
-    how many *distinct* images the run had seen by then (what a loader had to deliver).
+    how many fresh images a loader had to deliver by then: ``schedule.delivered`` for a
+    :class:`DeliveredBatches` (what sits in a buffer counts), else the distinct images the
+    run had trained on.
     """
     torch.manual_seed(seed)
     model = TinyCNN(pool=1)
@@ -81,6 +99,7 @@ def train_schedule(train: SmallImages, holdout: SmallImages, schedule: Sequence[
     images, labels = as_float(train.pixels), torch.from_numpy(train.labels)
     test_images, test_labels = as_float(holdout.pixels), torch.from_numpy(holdout.labels)
     seen = np.zeros(len(labels), dtype=bool)
+    delivered = getattr(schedule, "delivered", None)
     curve = []
     model.train()
     for step, batch in enumerate(schedule, start=1):
@@ -93,7 +112,8 @@ def train_schedule(train: SmallImages, holdout: SmallImages, schedule: Sequence[
         if curve_every:
             seen[np.asarray(batch)] = True
             if step % curve_every == 0 or step == len(schedule):
-                curve.append((step, int(seen.sum()), held_out_accuracy(model, test_images, test_labels)))
+                fresh = int(delivered[step - 1]) if delivered is not None else int(seen.sum())
+                curve.append((step, fresh, held_out_accuracy(model, test_images, test_labels)))
     accuracy = curve[-1][2] if curve else held_out_accuracy(model, test_images, test_labels)
     return RunResult(accuracy, curve)
 
