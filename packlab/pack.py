@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import multiprocessing
 import os
 import re
@@ -35,10 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from packlab import data, paths
+from packlab import cpus, data, paths
 from packlab.transforms import decode_and_resize
 
 MEMBER_KINDS = ("jpeg", "raw")
+#: Images a decoding process takes at a time when raw members are made (``Pool.imap``'s chunks).
+RAW_CHUNK = 16
 COMPRESSIONS = {"stored": zipfile.ZIP_STORED, "deflated": zipfile.ZIP_DEFLATED}
 #: The name inside every zip that holds its labels (``key,label``), so an archive is self-contained.
 ZIP_LABELS_MEMBER = "labels.csv"
@@ -70,7 +73,8 @@ def iter_member_bytes(
     """Yield each sample's member bytes, in order.
 
     ``jpeg`` members are the files as they are; ``raw`` members are decoded and resized in
-    a pool of ``workers`` processes (default: all cores), since that is the slow part.
+    a pool of ``workers`` processes (default: the cores, but no more than the chunks of
+    ``RAW_CHUNK`` images), since that is the slow part.
     """
     member_name("x", members)  # validates
     jobs = [(str(data.image_path(s.key, root)), s.key) for s in samples]
@@ -79,13 +83,13 @@ def iter_member_bytes(
             with open(path, "rb") as f:
                 yield f.read()
         return
-    workers = workers or data.available_cores()
+    workers = workers or cpus.workers_for(math.ceil(len(jobs) / RAW_CHUNK))  # a process takes whole chunks
     if workers == 1:
         yield from map(_raw_pixels, jobs)
         return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with multiprocessing.get_context(method).Pool(workers) as pool:
-        yield from pool.imap(_raw_pixels, jobs, chunksize=16)
+        yield from pool.imap(_raw_pixels, jobs, chunksize=RAW_CHUNK)
 
 
 def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):

@@ -9,12 +9,14 @@ once through :class:`packlab.storage.NetworkFSModel`, beside what the model pred
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
 
 import torch
 
+from packlab import cpus
 from packlab.bench import time_loader
 
 #: The layouts :func:`small_file_penalty` reads, as its result names them, and how a reader would.
@@ -44,7 +46,9 @@ def small_file_penalty(
     folder and the zip only the samples those hold, so a chapter can repeat the whole
     measurement in less time; ``shard_samples`` writes (once) and reads ``shards`` shards of
     that many samples, from the start of the manifest, instead of the course's shards of
-    1,000. Returns measured rates, the model's parameters and its prediction.
+    1,000. Every layout is read by ``workers`` DataLoader workers: by default the course's
+    cores, but no more than the shards read nor the folder's batches (``"workers"`` in the
+    result). Returns measured rates, the model's parameters and its prediction.
     """
     from torch.utils.data import DataLoader
 
@@ -52,11 +56,11 @@ def small_file_penalty(
     from packlab.loaders import JpegFolderDataset, PreadZipDataset, TarShardDataset, ZipDataset
     from packlab.loaders.tar import skip_decode
 
-    workers = data.available_cores() if workers is None else workers
     model = model or storage.NetworkFSModel()
     manifest = data.load_manifest(root)
     if shard_samples is None:
-        all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), workers),
+        most_readers = cpus.course_cores() if workers is None else workers
+        all_shards = [str(p) for p in pack.ensure_tar_shards(maxcount=shard_size_for(len(manifest), most_readers),
                                                                root=root, progress=False)]
     else:
         all_shards = _small_shards(manifest[: (shards or 1) * shard_samples], shard_samples, root)
@@ -65,6 +69,10 @@ def small_file_penalty(
     if len(shards) < len(all_shards) or shard_samples is not None:  # every layout reads the shards' samples
         held = _keys_in_shards(shards)
         manifest = [s for s in manifest if s.key in held]
+    if workers is None:
+        # One worker count for every layout, sized by the smallest work: a tar shard has one reader (more readers
+        # than shards is an error), and a DataLoader worker reads whole batches of the folder's files.
+        workers = cpus.workers_for(len(shards), math.ceil(min(folder_files, len(manifest)) / BATCH_SIZE))
 
     def rate(dataset, batch_size=BATCH_SIZE) -> float:
         # Map-style datasets are read in shuffled order, as in training; tar shards in order, as designed.

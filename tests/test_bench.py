@@ -284,7 +284,7 @@ def test_compare_at_the_default_rounds_rarely_calls_equal_loaders_different_and_
     assert old > 0.07
 
 
-def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its_cold_level(small_root):
+def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its_cold_level(small_root, monkeypatch):
     from packlab import data, small_files, storage
     from packlab.loaders.tar import count_samples
 
@@ -303,6 +303,12 @@ def test_small_file_penalty_reads_the_same_samples_in_every_layout_and_names_its
                                              shard_samples=5, cold_level=storage.DATA_PAGES)
     assert smaller["images"] == 10  # two shards of five, and the folder and the zip read the same ten samples
     assert all(rate > 0 for rate in penalty["modelled_files_per_s"].values())
+    # On a 16-core laptop the default worker count follows the work: 2 shards, and the folder's 10 files are one
+    # batch. A worker per core would have split 2 shards among 16 readers, which TarShardDataset refuses.
+    monkeypatch.setenv("PACKLAB_VISIBLE_CORES", "16")
+    sized = small_files.small_file_penalty(small_root, model=model, folder_files=10, shards=2, shard_samples=5,
+                                           cold_level=storage.DATA_PAGES)
+    assert sized["workers"] == 1 and all(rate > 0 for rate in sized["modelled_files_per_s"].values())
 
 
 def test_interleaved_counterbalances_positions_and_predecessors():

@@ -100,8 +100,20 @@ def test_the_hub_configuration_from_its_settings(tmp_path):
     config.configure(c, tmp_path)
     assert c.Authenticator.allowed_users == {"ana", "lee"} and c.Authenticator.admin_users == {"lee"}
     assert c.JupyterHub.spawner_class.endswith("CourseSpawner") and c.CourseSpawner.small_count == "2000"
+    assert c.CourseSpawner.cores == "", "settings without a share of the cores cap nothing"
     services = {s["name"]: s for s in c.JupyterHub.services}
     assert "--timeout=3600" in services["idle-culler"]["command"]
     assert services["board"]["url"] == "http://127.0.0.1:3" and services["board"]["oauth_no_confirm"]
     assert c.JupyterHub.load_roles[0]["scopes"] == config.CULLER_SCOPES
     assert c.ConfigurableHTTPProxy.command == ["/chp"]
+    config.write(tmp_path, {**settings, "cores": 4})
+    c = Config()
+    config.configure(c, tmp_path)
+    assert c.CourseSpawner.cores == "4"
+
+
+def test_each_attendee_gets_a_share_of_the_cores(monkeypatch):
+    from packlab.course.hub import cli
+
+    monkeypatch.setattr("packlab.cpus.affinity_cores", lambda: 16)
+    assert cli.attendee_cores(4) == 4 and cli.attendee_cores(5) == 3 and cli.attendee_cores(40) == 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -28,12 +29,16 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-from packlab import data, paths
+from packlab import cpus, data, paths
 
 #: The side of the small images, in pixels, unless told otherwise.
 SIDE = 32
 #: Bumped when the way images are made small changes: old caches are then rebuilt.
 VERSION = 1
+#: Images a process takes at a time (``pool.map``'s chunks) in :func:`shrink_all` and :func:`stored_small_pixels`:
+#: no more processes start than there are chunks, since a process without one would sit idle.
+SHRINK_CHUNK = 64
+STORE_CHUNK = 32
 
 
 class SmallImages(NamedTuple):
@@ -76,11 +81,14 @@ def _shrink_job(job: tuple[bytes | str, int, str]) -> np.ndarray:
 
 def shrink_all(items: Sequence[bytes | str], side: int, sources: Sequence[str], progress: bool = True,
                workers: int | None = None) -> np.ndarray:
-    """:func:`shrink` every item (encoded bytes, or a path to read them from) on all cores; N x side x side x 3."""
+    """:func:`shrink` every item (encoded bytes, or a path to read them from) on the cores; N x side x side x 3.
+
+    ``workers`` processes, by default one per core but no more than chunks of ``SHRINK_CHUNK`` items.
+    """
     from tqdm import tqdm
 
     jobs = [(item, side, source) for item, source in zip(items, sources)]
-    workers = workers or data.available_cores()
+    workers = workers or cpus.workers_for(math.ceil(len(jobs) / SHRINK_CHUNK))  # a process takes whole chunks
     out = np.empty((len(jobs), side, side, 3), dtype=np.uint8)
     bar = tqdm(total=len(jobs), desc=f"decoding once at {side}x{side}", unit="img", disable=not progress)
     if workers <= 1:
@@ -89,7 +97,7 @@ def shrink_all(items: Sequence[bytes | str], side: int, sources: Sequence[str], 
             bar.update()
     else:
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-            for i, pixels in enumerate(pool.map(_shrink_job, jobs, chunksize=64)):
+            for i, pixels in enumerate(pool.map(_shrink_job, jobs, chunksize=SHRINK_CHUNK)):
                 out[i] = pixels
                 bar.update()
     bar.close()
@@ -199,8 +207,9 @@ def stored_small_pixels(forms: Sequence, samples: Sequence[data.Sample], side: i
                for form in missing}
         bar = tqdm(total=len(jobs), desc=f"storing {len(missing)} ways at {side}x{side}", unit="img",
                    disable=not progress)
-        with ProcessPoolExecutor(data.available_cores(), mp_context=get_context("fork")) as pool:
-            for i, per_form in enumerate(pool.map(_stored_job, jobs, chunksize=32)):
+        processes = cpus.workers_for(math.ceil(len(jobs) / STORE_CHUNK))  # a process takes whole chunks
+        with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+            for i, per_form in enumerate(pool.map(_stored_job, jobs, chunksize=STORE_CHUNK)):
                 for form, (pixels, size) in zip(missing, per_form):
                     out[form][0][i], out[form][1][i] = pixels, size
                 bar.update()

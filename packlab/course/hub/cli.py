@@ -3,7 +3,7 @@
 ::
 
     python -m packlab.course.hub --class-list class.txt [--dir hub] [--url http://127.0.0.1:8000]
-                                 [--release REPO] [--count 2000] [--idle-timeout 3600] [--no-sandbox]
+                                 [--release REPO] [--count 2000] [--cores N] [--idle-timeout 3600] [--no-sandbox]
 
 Preparation, each step skipped when it is done already: the accounts (passwords for new
 names), the release repository (``make release`` into ``<dir>/release`` when ``--release``
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from packlab import paths
+from packlab import cpus, paths
 from packlab.course import lab, release, sandbox
 from packlab.course.hub import accounts, config
 
@@ -31,9 +31,14 @@ DEFAULT_COUNT = 2000
 IDLE_TIMEOUT = 3600
 
 
+def attendee_cores(people: int) -> int:
+    """An even share of this machine's cores for each of ``people`` servers, at least one."""
+    return max(1, cpus.affinity_cores() // max(1, people))
+
+
 def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo: Path | None = None,
             count: int | None = DEFAULT_COUNT, idle_timeout: int = IDLE_TIMEOUT, sandboxed: bool = True,
-            proxy: Path = config.PROXY, log=print) -> Path:
+            proxy: Path = config.PROXY, log=print, cores: int | None = None) -> Path:
     """Everything the hub needs in ``folder`` (see the module docstring); returns the JupyterHub config file."""
     folder = Path(folder).resolve()
     people = accounts.read_people(class_list)
@@ -46,6 +51,8 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
     if Path(class_list).resolve() != (folder / "class.txt"):
         shutil.copyfile(class_list, folder / "class.txt")
     plain, _ = accounts.ensure_accounts(people, folder)
+    cores = cores or attendee_cores(len(people))
+    log(f"each server's workers use at most {cores} of this machine's {cpus.affinity_cores()} cores (PACKLAB_CORES)")
     log(f"accounts for {len(people)} people; their passwords: {plain}")
     if release_repo is None:
         release_repo = folder / "release"
@@ -68,6 +75,7 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
         "environment": sys.prefix,
         "python": sys.executable,
         "count": count,
+        "cores": cores,
         "idle_timeout": idle_timeout,
         "sandboxed": sandboxed,
         "proxy": str(Path(proxy).resolve()),
@@ -86,13 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                         "http://0.0.0.0:8000 for a room, behind TLS)")
     parser.add_argument("--release", type=Path, default=None, help="the release repository attendees clone (default: made in DIR/release)")
     parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help=f"the dataset's size (default {DEFAULT_COUNT}; 0: the full 10,000)")
+    parser.add_argument("--cores", type=int, default=None, help="the most cores one attendee's workers use "
+                        "(PACKLAB_CORES; default: this machine's cores shared out evenly among the class list)")
     parser.add_argument("--idle-timeout", type=int, default=IDLE_TIMEOUT, help="seconds before an unused server is stopped")
     parser.add_argument("--no-sandbox", action="store_true", help="run the attendees' servers without bubblewrap (no wall between them)")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the folder and stop")
     args = parser.parse_args(argv)
     try:
         config_file = prepare(args.class_list, args.dir, args.url, args.release, args.count or None, args.idle_timeout,
-                              not args.no_sandbox)
+                              not args.no_sandbox, cores=args.cores)
     except accounts.ClassListError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

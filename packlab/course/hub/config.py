@@ -78,6 +78,7 @@ def configure(c, folder: str | Path) -> None:
     c.CourseSpawner.release_repository = s["release"]
     c.CourseSpawner.environment_prefix = s["environment"]
     c.CourseSpawner.small_count = str(s.get("count") or "")
+    c.CourseSpawner.cores = str(s.get("cores") or "")
     c.CourseSpawner.sandboxed = bool(s["sandboxed"])
     c.Spawner.default_url = "/lab/tree/mywork/exercises"
     c.Spawner.start_timeout = 300  # the first start clones the release; a busy machine starts JupyterLab slowly

@@ -13,6 +13,8 @@ passwords (:mod:`packlab.course.hub.accounts`); instructors are the hub's admins
 * **the data in place, shared read-only**: the hub's dataset (small-data mode,
   ``PACKLAB_COUNT``) is bound into the copy's ``data/`` read-only; the packed copies the
   chapters write go to the attendee's own ``data/packed/``;
+* **a share of the cores**: ``PACKLAB_CORES`` caps the workers each server's chapters and
+  checks start (``--cores``; by default the machine's cores shared out among the attendees);
 * **the course's JupyterLab settings** (installed into the shared environment by ``make hub``);
 * **every check recorded** for the board into ``records/<name>/`` (``PACKLAB_CLASS_RECORDS``);
 * **submissions** into the drop folder ``dropbox/<name>/exercises/`` (``make submit``);
@@ -39,6 +41,7 @@ from jupyterhub.auth import Authenticator
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Bool, Unicode, default
 
+from packlab import cpus
 from packlab.course import release, sandbox
 from packlab.course.grading.records import CLASS_RECORDS_ENV_VAR
 from packlab.course.hub import accounts
@@ -72,6 +75,7 @@ class CourseSpawner(SimpleLocalProcessSpawner):
     release_repository = Unicode(config=True, help="the git repository attendees clone and pull from")
     environment_prefix = Unicode(sys.prefix, config=True, help="the Python environment every server runs in")
     small_count = Unicode("", config=True, help="PACKLAB_COUNT for every attendee (the hub's dataset's size)")
+    cores = Unicode("", config=True, help="PACKLAB_CORES for every attendee: the most cores one server's workers use")
     sandboxed = Bool(True, config=True, help="run each server in bubblewrap's sandbox")
 
     @property
@@ -120,6 +124,10 @@ class CourseSpawner(SimpleLocalProcessSpawner):
         })
         if self.small_count:
             env["PACKLAB_COUNT"] = self.small_count
+        if self.cores:
+            # Every server sees all the machine's cores; without a cap each attendee's chapters would start a
+            # worker per core (as far as the work allows), and the class would share them many times over.
+            env[cpus.CORES_SETTING] = self.cores
         return env
 
     def box(self) -> sandbox.Sandbox:

@@ -18,6 +18,16 @@ def workers_verdict(two: Spread, zero: Spread) -> str:
                    "by the course's rule no clear difference")
 
 
+def two_workers_cores(cores: int) -> str:
+    """What two workers can use of this machine's ``cores``, and whether more workers could add speed."""
+    if cores <= 2:
+        here = "the one core here" if cores == 1 else "both cores here"
+        return (f"Two workers can at best keep {here} busy, and the work is CPU-bound, as a later section shows, so "
+                "more workers than cores cannot add much.")
+    return (f"Two workers keep at most two of the {cores} cores here busy; the work is CPU-bound, as a later "
+            "section shows, so more workers can add speed up to about one per core.")
+
+
 def same_loader_verdict(a: Spread, b: Spread) -> str:
     """The A/A comparison: one loader under two names; "`compare` says <this>"."""
     direction = compare(a, b)

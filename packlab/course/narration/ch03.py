@@ -64,14 +64,14 @@ def workers_explanation(with_workers: Spread, without: Spread, images: int, open
     busy = (f"the load average was {load_average:.1f} on {cores} cores when the runs ended (well above the number of "
             "cores means other programs kept them busy)")
     if direction == 1:
-        return ("Two workers can at best keep both cores busy, which would give at most about twice the "
+        return ("Two workers can at best keep two cores busy, which would give at most about twice the "
                 f"single-process rate; the scaling curve is in chapter 4. Other programs shrink the gap: {busy}.")
     seconds = images / without.median
     outcome = "did not clearly gain" if direction == 0 else "lost"
     return (f"The workers {outcome} here, although they had two cores to share the decoding. The read is short: one "
             f"process took {seconds:.2f} s for the {images} images. Before its first image each worker starts as a "
             f"new process and opens the archive again ({open_ms:.0f} ms, measured above, for the central directory of "
-            "every member), and only the time left after that is shared; two workers also gain only when both "
+            "every member), and only the time left after that is shared; two workers also gain only when two "
             f"cores are free, and {busy}. Over a longer read the start is paid once and the decoding dominates: "
             "chapter 4 measures the start-up and sweeps the number of workers.")
 
