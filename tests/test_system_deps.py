@@ -132,3 +132,20 @@ def test_make_test_installs_the_packages_before_any_test_and_no_test_installs_th
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and APT in node.value:
                 offenders.append(f"{path.name}:{node.lineno}")
     assert not offenders, f"tests that name the package manager (install in system_deps.PACKAGES instead): {offenders}"
+
+
+def test_the_hub_selection_is_bubblewrap_alone_with_the_dnf_line_beside_the_apt_one(machine, capsys):
+    assert [p.name for p in system_deps.hub_packages()] == ["bubblewrap"]
+    assert system_deps.main(["--hub"]) == 0
+    said = capsys.readouterr().out
+    assert f"sudo {APT} install --no-install-recommends bubblewrap" in said
+    assert "RHEL, Rocky, Alma:  sudo dnf install bubblewrap" in said
+    installed = machine.calls()[1]
+    assert installed[-1] == "bubblewrap" and "chromium" not in installed and "slurm-wlm" not in installed
+    assert system_deps.main(["--hub", "--list"]) == 0 and capsys.readouterr().out == "bubblewrap\n"
+
+
+def test_make_system_deps_hub_passes_the_hub_selection():
+    makefile = (paths.repo_root() / "Makefile").read_text()
+    rule = makefile.split("\nsystem-deps:", 1)[1].split("\n\n", 1)[0]
+    assert "packlab.course.system_deps $(if $(HUB),--hub)" in rule

@@ -13,6 +13,9 @@ points here, except under ``CI=true``, where this step fails (exit status 1) and
 tests: CI must run every test.
 
 ``python -m packlab.course.system_deps --check`` only reports; ``--list`` prints the packages.
+``--hub`` (``make system-deps HUB=1``) takes only what the class hub needs (bubblewrap, for
+the attendees' sandboxes), and prints the command that installs it by hand on Debian and
+Ubuntu and on RHEL, Rocky and Alma (``dnf``), where this step cannot install.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ class SystemPackage:
     name: str
     programs: tuple[str, ...]
     needed_by: str
+    #: Whether the class hub needs it (``--hub``).
+    hub: bool = False
+    #: Its name in RHEL's and Rocky's repositories (``dnf``), where the hub may run; "" when not given.
+    dnf_name: str = ""
 
 
 #: Every Debian package a test needs. Add a row here (never an ``apt-get`` in a test).
@@ -39,8 +46,23 @@ PACKAGES = (
     SystemPackage("chromium", ("chromium",), "the browser tests (the book, JupyterLab)"),
     SystemPackage("slurm-wlm", ("sbatch", "slurmctld", "slurmd", "scontrol"), "the Slurm job tests"),
     SystemPackage("munge", ("munged", "mungekey"), "the Slurm job tests"),
-    SystemPackage("bubblewrap", ("bwrap",), "the gradebook's sandbox and the class hub (packlab.course.sandbox)"),
+    SystemPackage("bubblewrap", ("bwrap",), "the gradebook's sandbox and the class hub (packlab.course.sandbox)",
+                  hub=True, dnf_name="bubblewrap"),
 )
+
+
+def hub_packages() -> tuple[SystemPackage, ...]:
+    """What the class hub needs of :data:`PACKAGES` (``make system-deps HUB=1``)."""
+    return tuple(p for p in PACKAGES if p.hub)
+
+
+def by_hand(packages) -> list[str]:
+    """The commands that install ``packages`` by hand: Debian's and Ubuntu's, and RHEL's and Rocky's where named."""
+    lines = [f"Debian, Ubuntu:     sudo apt-get install --no-install-recommends {' '.join(p.name for p in packages)}"]
+    dnf = [p.dnf_name for p in packages if p.dnf_name]
+    if len(dnf) == len(packages):
+        lines.append(f"RHEL, Rocky, Alma:  sudo dnf install {' '.join(dnf)}")
+    return lines
 
 #: What apt-get is given: no questions asked, no recommended extras.
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
@@ -142,17 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m packlab.course.system_deps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only report what is missing (exit 1 if anything is)")
     parser.add_argument("--list", action="store_true", help="print the package names, one per line")
+    parser.add_argument("--hub", action="store_true", help="only what the class hub needs (bubblewrap)")
     args = parser.parse_args(argv)
+    packages = hub_packages() if args.hub else PACKAGES
     if args.list:
-        print("\n".join(p.name for p in PACKAGES))
+        print("\n".join(p.name for p in packages))
         return 0
     if args.check:
-        absent = missing()
-        for package in PACKAGES:
+        absent = missing(packages)
+        for package in packages:
             state = "missing" if package in absent else "present"
             print(f"{package.name:<10} {state:<8} ({', '.join(package.programs)}) for {package.needed_by}")
         return 1 if absent else 0
-    return ensure()
+    if args.hub:
+        print("the class hub needs " + ", ".join(p.name for p in packages) + "; by hand, as root:")
+        print("\n".join(f"  {line}" for line in by_hand(packages)), flush=True)
+    return ensure(packages)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ configurable-http-proxy from npm) in which
   board at ``/services/board/`` shows to the instructors (:mod:`~packlab.course.hub.board`);
 * ``make submit`` in an attendee's terminal hands in into the shared drop folder
   ``dropbox/``, which ``make gradebook CLASS=<hub>/dropbox`` grades;
-* a server nobody used for an hour is stopped (jupyterhub-idle-culler); its files stay.
+* each attendee's server runs on a slice of cores of its own (``--cores-per-attendee``, default 2;
+  :mod:`packlab.course.hub.slices`), and the hub refuses more servers than it has slices unless told
+  to oversubscribe;
+* a server nobody used for two and a half hours is stopped (jupyterhub-idle-culler); its files stay.
 
 The hub's folder (default ``hub/`` in the checkout, git-ignored) holds all of it::
 

@@ -3,47 +3,134 @@
 ::
 
     python -m packlab.course.hub --class-list class.txt [--dir hub] [--url http://127.0.0.1:8000]
-                                 [--release REPO] [--count 2000] [--cores N] [--idle-timeout 3600] [--no-sandbox]
+                                 [--release REPO] [--count 2000] [--cores-per-attendee 2] [--oversubscribe]
+                                 [--ssl-cert FILE --ssl-key FILE] [--idle-timeout 9000] [--no-sandbox]
 
 Preparation, each step skipped when it is done already: the accounts (passwords for new
 names), the release repository (``make release`` into ``<dir>/release`` when ``--release``
 names none), the dataset in ``<dir>/data`` at ``--count`` images, the course's JupyterLab
-settings in the environment, the records and drop folders, the configuration. Then
-JupyterHub takes over this process (``--prepare-only`` stops before).
+settings in the environment, the records and drop folders, the configuration, and a
+systemd unit, ``<dir>/packed-data-hub.service``, that runs the same hub as a service
+(restarted if it fails; how to install it, or to run the hub under tmux, is printed).
+Then JupyterHub takes over this process (``--prepare-only`` stops before).
+
+Root is not needed to run the hub: the accounts are the hub's own (``accounts.json``, no
+system users), and the sandbox is bubblewrap in unprivileged user namespaces. Root is
+needed once to install bubblewrap (``make system-deps HUB=1``), where the system forbids
+unprivileged user namespaces (Ubuntu 23.10 and later, through AppArmor) to allow them, to
+install the systemd unit, and to listen on a port below 1024; :func:`prepare` stops at
+once, naming which, when one of these stands in a normal account's way.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pwd
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from packlab import cpus, paths
+from packlab import paths
 from packlab.course import lab, release, sandbox
-from packlab.course.hub import accounts, config
+from packlab.course.hub import accounts, config, slices
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 #: The hub's dataset size: the small-data mode, what a hub of many users and a small disk runs.
 DEFAULT_COUNT = 2000
-IDLE_TIMEOUT = 3600
+#: Seconds without use before a server is stopped: 2.5 hours, so that a lunch break (an hour or more) stops nobody's.
+IDLE_TIMEOUT = 9000
+#: The systemd unit ``make hub`` writes into the hub folder.
+SERVICE = "packed-data-hub.service"
 
 
-def attendee_cores(people: int) -> int:
-    """An even share of this machine's cores for each of ``people`` servers, at least one."""
-    return max(1, cpus.affinity_cores() // max(1, people))
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def listens_beyond_loopback(url: str) -> bool:
+    """Whether the hub at ``url`` can be reached from other machines (anything but 127.x, ::1, localhost)."""
+    host = urlsplit(url).hostname or ""
+    return not (host == "localhost" or host.startswith("127.") or host == "::1")
+
+
+def needs_root(url: str, sandboxed: bool) -> str | None:
+    """What, of this hub, a normal account cannot do here (the message to stop with), or None when nothing."""
+    if is_root():
+        return None
+    port = urlsplit(url).port
+    if port is not None and port < 1024:
+        return (f"{url} listens on port {port}, and ports below 1024 need root: use a port of 1024 or more "
+                "(the default is 8000), or put a TLS proxy on 443 in front of it")
+    if sandboxed and (why := sandbox.why_unavailable()):
+        return (f"{why}. A normal account needs root once for this: to install bubblewrap (`sudo make system-deps "
+                "HUB=1`), or, where the system restricts user namespaces (Ubuntu 23.10 and later: "
+                "`sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for bwrap), "
+                "to allow them. Nothing else of the hub needs root")
+    return None
+
+
+def unit_file(folder: Path, command: list[str], node: str | None) -> str:
+    """The systemd unit that runs ``command`` (JupyterHub on the hub's configuration) in ``folder`` as a service."""
+    user = "" if is_root() else f"User={pwd.getpwuid(os.geteuid()).pw_name}\n"
+    # systemd's PATH has neither the environment nor a node installed outside /usr: the proxy needs node.
+    search = [str(Path(sys.executable).parent)]
+    if node:
+        search.append(str(Path(node).parent))
+    search += ["/usr/local/bin", "/usr/bin", "/bin"]
+    path = ":".join(dict.fromkeys(search))
+    return (
+        "# Written by `make hub` (python -m packlab.course.hub); written again at each `make hub`.\n"
+        "[Unit]\n"
+        "Description=The class hub of Packed Data Formats for Deep Learning (JupyterHub)\n"
+        "After=network-online.target\n"
+        "Wants=network-online.target\n\n"
+        "[Service]\n"
+        f"{user}"
+        f"WorkingDirectory={folder}\n"
+        f"Environment=PATH={path}\n"
+        f"ExecStart={shlex.join(command)}\n"
+        "Restart=on-failure\n"
+        "RestartSec=5\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def how_to_run(folder: Path, command: list[str]) -> str:
+    """What ``make hub`` prints about running the hub for a whole day."""
+    unit = folder / SERVICE
+    return (
+        f"To keep the hub running when this terminal closes, as a service (it restarts if it fails):\n"
+        f"  sudo systemctl link {unit} && sudo systemctl enable --now {SERVICE.removesuffix('.service')}\n"
+        f"  (its log: journalctl -u {SERVICE.removesuffix('.service')}; after changing the class list, run "
+        "`make hub ... HUB_ARGS=--prepare-only`, then `sudo systemctl restart "
+        f"{SERVICE.removesuffix('.service')}`)\n"
+        f"Without systemd, in tmux (detach with Ctrl+B D, come back with `tmux attach -t hub`):\n"
+        f"  tmux new -s hub -c {shlex.quote(str(folder))} {shlex.quote(shlex.join(command))}\n"
+        "A restart of the hub stops every attendee's server (their files stay; they start it again)."
+    )
 
 
 def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo: Path | None = None,
             count: int | None = DEFAULT_COUNT, idle_timeout: int = IDLE_TIMEOUT, sandboxed: bool = True,
-            proxy: Path = config.PROXY, log=print, cores: int | None = None) -> Path:
+            proxy: Path = config.PROXY, log=print, cores_per_attendee: int = slices.DEFAULT_CORES_PER_ATTENDEE,
+            oversubscribe: bool = False, ssl_cert: Path | None = None, ssl_key: Path | None = None) -> Path:
     """Everything the hub needs in ``folder`` (see the module docstring); returns the JupyterHub config file."""
     folder = Path(folder).resolve()
     people = accounts.read_people(class_list)
     if not Path(proxy).exists():
         raise SystemExit(f"error: no configurable-http-proxy at {proxy}: `make hub` installs it from npm into .tools/chp/")
+    if (ssl_cert is None) != (ssl_key is None):
+        raise SystemExit("error: HTTPS needs both --ssl-cert and --ssl-key (the certificate and its private key)")
+    for tls_file in (ssl_cert, ssl_key):
+        if tls_file is not None and not Path(tls_file).is_file():
+            raise SystemExit(f"error: no file at {tls_file} (--ssl-cert/--ssl-key)")
+    if why := needs_root(url, sandboxed):
+        raise SystemExit(f"error: {why}")
     if sandboxed and (why := sandbox.why_unavailable()):
         raise SystemExit(f"error: {why}. Without a sandbox every attendee's code runs as you, with your files: "
                          "if that is what you want, pass --no-sandbox (HUB_ARGS=--no-sandbox)")
@@ -51,8 +138,20 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
     if Path(class_list).resolve() != (folder / "class.txt"):
         shutil.copyfile(class_list, folder / "class.txt")
     plain, _ = accounts.ensure_accounts(people, folder)
-    cores = cores or attendee_cores(len(people))
-    log(f"each server's workers use at most {cores} of this machine's {cpus.affinity_cores()} cores (PACKLAB_CORES)")
+    cores = slices.hub_cores()
+    at_once = slices.capacity(len(cores), cores_per_attendee)
+    log(f"each server runs on {min(cores_per_attendee, len(cores))} cores of its own (CPU affinity and PACKLAB_CORES): "
+        f"room for {at_once} servers at once on this hub's {len(cores)} cores, for {len(people)} people on the list")
+    if oversubscribe:
+        log("--oversubscribe: past that, servers share the slices round-robin, and their timings measure each other")
+    elif len(people) > at_once:
+        log(f"warning: past {at_once} servers the hub refuses to start more (the attendee's page says so); "
+            "--oversubscribe (HUB_ARGS) shares the slices instead, or --cores-per-attendee 1 halves them")
+    log("memory: no limit per attendee (no cgroup here); each process has the sandbox's address-space cap of "
+        f"{sandbox.DEFAULT_MEMORY_BYTES / 1024**3:.0f} GiB (prlimit --as)")
+    if listens_beyond_loopback(url) and ssl_cert is None:
+        log(f"warning: {url} is reachable from other machines over plain HTTP, passwords included: put the hub "
+            "behind a TLS proxy (nginx, Caddy, the centre's), or give it --ssl-cert and --ssl-key")
     log(f"accounts for {len(people)} people; their passwords: {plain}")
     if release_repo is None:
         release_repo = folder / "release"
@@ -75,7 +174,10 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
         "environment": sys.prefix,
         "python": sys.executable,
         "count": count,
-        "cores": cores,
+        "cores_per_attendee": cores_per_attendee,
+        "oversubscribe": oversubscribe,
+        "ssl_cert": str(Path(ssl_cert).resolve()) if ssl_cert else None,
+        "ssl_key": str(Path(ssl_key).resolve()) if ssl_key else None,
         "idle_timeout": idle_timeout,
         "sandboxed": sandboxed,
         "proxy": str(Path(proxy).resolve()),
@@ -83,7 +185,14 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
         "proxy_api_port": config.free_port(),
         "board_port": config.free_port(),
     }
-    return config.write(folder, settings)
+    config_file = config.write(folder, settings)
+    (folder / SERVICE).write_text(unit_file(folder, hub_command(config_file), shutil.which("node")))
+    return config_file
+
+
+def hub_command(config_file: Path) -> list[str]:
+    """JupyterHub on the hub's configuration: what ``make hub`` runs in the foreground, and the service runs."""
+    return [sys.executable, "-m", "jupyterhub", "-f", str(config_file)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,22 +203,31 @@ def main(argv: list[str] | None = None) -> int:
                         "http://0.0.0.0:8000 for a room, behind TLS)")
     parser.add_argument("--release", type=Path, default=None, help="the release repository attendees clone (default: made in DIR/release)")
     parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help=f"the dataset's size (default {DEFAULT_COUNT}; 0: the full 10,000)")
-    parser.add_argument("--cores", type=int, default=None, help="the most cores one attendee's workers use "
-                        "(PACKLAB_CORES; default: this machine's cores shared out evenly among the class list)")
-    parser.add_argument("--idle-timeout", type=int, default=IDLE_TIMEOUT, help="seconds before an unused server is stopped")
+    parser.add_argument("--cores-per-attendee", type=int, default=slices.DEFAULT_CORES_PER_ATTENDEE,
+                        help="the cores of each attendee's server, its own by CPU affinity (default "
+                        f"{slices.DEFAULT_CORES_PER_ATTENDEE}); the hub runs at most cores // this many servers at once")
+    parser.add_argument("--oversubscribe", action="store_true", help="start more servers than the slices, sharing them "
+                        "(their timings then measure each other)")
+    parser.add_argument("--ssl-cert", type=Path, default=None, help="HTTPS: the certificate (with --ssl-key)")
+    parser.add_argument("--ssl-key", type=Path, default=None, help="HTTPS: the certificate's private key")
+    parser.add_argument("--idle-timeout", type=int, default=IDLE_TIMEOUT,
+                        help=f"seconds before an unused server is stopped (default {IDLE_TIMEOUT}: 2.5 hours)")
     parser.add_argument("--no-sandbox", action="store_true", help="run the attendees' servers without bubblewrap (no wall between them)")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the folder and stop")
     args = parser.parse_args(argv)
     try:
         config_file = prepare(args.class_list, args.dir, args.url, args.release, args.count or None, args.idle_timeout,
-                              not args.no_sandbox, cores=args.cores)
+                              not args.no_sandbox, cores_per_attendee=args.cores_per_attendee,
+                              oversubscribe=args.oversubscribe, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     except accounts.ClassListError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"hub prepared in {config_file.parent}; the board for instructors: {args.url}/services/board/", flush=True)
+    base = ("https://" + args.url.partition("://")[2]) if args.ssl_cert else args.url
+    print(f"hub prepared in {config_file.parent}; the board for instructors: {base}/services/board/", flush=True)
+    command = hub_command(config_file)
+    print(how_to_run(config_file.parent, command), flush=True)
     if args.prepare_only:
         return 0
     os.chdir(config_file.parent)
-    command = [sys.executable, "-m", "jupyterhub", "-f", str(config_file)]
     os.execv(command[0], command)  # JupyterHub takes over: Ctrl+C stops it, and the attendees' servers with it
     return 0

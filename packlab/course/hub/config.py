@@ -8,8 +8,11 @@ lines that call :func:`configure` with that folder. Everything else is decided h
   class list only, instructors as admins;
 * each attendee's server: :class:`~packlab.course.hub.server.CourseSpawner`, opening on
   ``mywork/exercises``, with time to start on a busy machine;
+* each server's slice of the cores (``cores_per_attendee``, ``oversubscribe``:
+  :mod:`packlab.course.hub.slices`);
 * the proxy: configurable-http-proxy from npm, installed by ``make hub`` into
-  ``.tools/chp/`` (:data:`PROXY`), on internal ports of its own;
+  ``.tools/chp/`` (:data:`PROXY`), on internal ports of its own; HTTPS when ``hub.json``
+  names a certificate and key (``ssl_cert``, ``ssl_key``);
 * two services the hub starts and stops with itself: the idle culler
   (``jupyterhub-idle-culler``: a server nobody used for ``idle_timeout`` seconds is
   stopped; its files stay), and the progress board at ``/services/board/``
@@ -24,6 +27,7 @@ import sys
 from pathlib import Path
 
 from packlab import paths
+from packlab.course.hub import slices
 
 SETTINGS = "hub.json"
 CONFIG = "jupyterhub_config.py"
@@ -59,7 +63,13 @@ def configure(c, folder: str | Path) -> None:
     people = s["people"]
     instructors = {name for name, role in people.items() if role == "instructor"}
 
-    c.JupyterHub.bind_url = s["url"]
+    url = s["url"]
+    if s.get("ssl_cert"):
+        # JupyterHub's proxy then serves HTTPS itself: the passwords never cross the room in plain text.
+        c.JupyterHub.ssl_cert = s["ssl_cert"]
+        c.JupyterHub.ssl_key = s["ssl_key"]
+        url = "https://" + url.partition("://")[2]
+    c.JupyterHub.bind_url = url
     c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{s['hub_port']}"
     c.JupyterHub.db_url = f"sqlite:///{folder / 'jupyterhub.sqlite'}"
     c.JupyterHub.cookie_secret_file = str(folder / "jupyterhub_cookie_secret")
@@ -78,7 +88,8 @@ def configure(c, folder: str | Path) -> None:
     c.CourseSpawner.release_repository = s["release"]
     c.CourseSpawner.environment_prefix = s["environment"]
     c.CourseSpawner.small_count = str(s.get("count") or "")
-    c.CourseSpawner.cores = str(s.get("cores") or "")
+    c.CourseSpawner.cores_per_attendee = int(s.get("cores_per_attendee") or slices.DEFAULT_CORES_PER_ATTENDEE)
+    c.CourseSpawner.oversubscribe = bool(s.get("oversubscribe", False))
     c.CourseSpawner.sandboxed = bool(s["sandboxed"])
     c.Spawner.default_url = "/lab/tree/mywork/exercises"
     c.Spawner.start_timeout = 300  # the first start clones the release; a busy machine starts JupyterLab slowly

@@ -13,8 +13,19 @@ passwords (:mod:`packlab.course.hub.accounts`); instructors are the hub's admins
 * **the data in place, shared read-only**: the hub's dataset (small-data mode,
   ``PACKLAB_COUNT``) is bound into the copy's ``data/`` read-only; the packed copies the
   chapters write go to the attendee's own ``data/packed/``;
-* **a share of the cores**: ``PACKLAB_CORES`` caps the workers each server's chapters and
-  checks start (``--cores``; by default the machine's cores shared out among the attendees);
+* **a slice of the cores of its own**: the server and everything it starts run on
+  ``cores_per_attendee`` cores (default 2) by CPU affinity (``taskset -c``), handed out
+  round-robin from the hub's cores when the server starts and taken back when it stops
+  (:mod:`packlab.course.hub.slices`), and ``PACKLAB_CORES`` says how many, so its chapters
+  start as many workers as the slice has cores. When every slice is taken the next server
+  does not start, and the attendee's spawn page says why, unless the hub was told
+  ``--oversubscribe`` (then slices are shared);
+* **memory**: this spawner sets no cgroup (it runs where there is no systemd, as on the
+  course's test machine); each process in the sandbox has an address-space cap
+  (``prlimit --as``, :data:`packlab.course.sandbox.DEFAULT_MEMORY_BYTES`), which stops a
+  runaway allocation but not the sum of one attendee's processes. Where the hub machine
+  runs systemd, ``jupyterhub-systemdspawner`` (what The Littlest JupyterHub uses) puts each
+  server in a unit of its own with ``MemoryMax`` and ``CPUQuota``; this project does not use it;
 * **the course's JupyterLab settings** (installed into the shared environment by ``make hub``);
 * **every check recorded** for the board into ``records/<name>/`` (``PACKLAB_CLASS_RECORDS``);
 * **submissions** into the drop folder ``dropbox/<name>/exercises/`` (``make submit``);
@@ -33,18 +44,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from jupyterhub.auth import Authenticator
 from jupyterhub.spawner import SimpleLocalProcessSpawner
-from traitlets import Bool, Unicode, default
+from traitlets import Bool, Integer, Unicode, default
 
 from packlab import cpus
 from packlab.course import release, sandbox
 from packlab.course.grading.records import CLASS_RECORDS_ENV_VAR
-from packlab.course.hub import accounts
+from packlab.course.hub import accounts, slices
 
 #: The dataset's files a copy of the course gets, read-only, from the hub's data folder.
 SHARED_DATA = ("images", "manifest.csv", "labels.csv", "dataset.json")
@@ -75,8 +88,23 @@ class CourseSpawner(SimpleLocalProcessSpawner):
     release_repository = Unicode(config=True, help="the git repository attendees clone and pull from")
     environment_prefix = Unicode(sys.prefix, config=True, help="the Python environment every server runs in")
     small_count = Unicode("", config=True, help="PACKLAB_COUNT for every attendee (the hub's dataset's size)")
-    cores = Unicode("", config=True, help="PACKLAB_CORES for every attendee: the most cores one server's workers use")
+    cores_per_attendee = Integer(slices.DEFAULT_CORES_PER_ATTENDEE, config=True,
+                                 help="the cores of each server's slice (its CPU affinity and PACKLAB_CORES)")
+    oversubscribe = Bool(False, config=True, help="share slices when every one is taken, instead of refusing to start")
     sandboxed = Bool(True, config=True, help="run each server in bubblewrap's sandbox")
+
+    #: One allocator per hub (folder, slice size, oversubscription): every attendee's spawner shares it.
+    _allocators: ClassVar[dict[tuple, slices.SliceAllocator]] = {}
+    core_slice: slices.Slice | None = None  # the cores of the running server, None when stopped
+
+    @property
+    def allocator(self) -> slices.SliceAllocator:
+        key = (self.hub_folder, self.cores_per_attendee, self.oversubscribe)
+        if key not in self._allocators:
+            record = Path(self.hub_folder) / slices.SLICES_FILE if self.hub_folder else None
+            self._allocators[key] = slices.SliceAllocator(slices.hub_cores(), self.cores_per_attendee,
+                                                          self.oversubscribe, record)
+        return self._allocators[key]
 
     @property
     def folder(self) -> Path:
@@ -124,10 +152,10 @@ class CourseSpawner(SimpleLocalProcessSpawner):
         })
         if self.small_count:
             env["PACKLAB_COUNT"] = self.small_count
-        if self.cores:
-            # Every server sees all the machine's cores; without a cap each attendee's chapters would start a
-            # worker per core (as far as the work allows), and the class would share them many times over.
-            env[cpus.CORES_SETTING] = self.cores
+        if self.core_slice is not None:
+            # The affinity alone would do for torch and os.sched_getaffinity; the setting makes the count explicit
+            # for the course's own sizing and for `make doctor` in the attendee's terminal.
+            env[cpus.CORES_SETTING] = str(len(self.core_slice.cores))
         return env
 
     def box(self) -> sandbox.Sandbox:
@@ -140,11 +168,55 @@ class CourseSpawner(SimpleLocalProcessSpawner):
             mounts=mounts, network=True, cwd=self.course, share_course=False,
         )
 
-    async def start(self):
-        self.prepare()
-        self.notebook_dir = str(self.course)
+    def command(self) -> list[str]:
+        """The server's command line: ``taskset -c SLICE`` around the sandbox (or the bare server)."""
         server = [str(Path(self.environment_prefix) / "bin" / "jupyterhub-singleuser")]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             server.append("--ServerApp.allow_root=True")  # root inside a namespace of its own: no power outside
-        self.cmd = sandbox.command(self.box(), server) if self.sandboxed else server
-        return await super().start()
+        inner = sandbox.command(self.box(), server) if self.sandboxed else server
+        # The affinity is set before prlimit and bwrap start, and every process they start inherits it.
+        return [shutil.which("taskset") or "taskset", "-c", self.core_slice.cpu_list(), *inner]
+
+    async def start(self):
+        # First the slice: a full hub refuses before cloning anything. NoSliceFree's message is what the
+        # attendee's spawn page shows ("Spawn failed: The hub is full ...").
+        self.core_slice = self.allocator.assign(self.user.name)
+        if self.core_slice.shared:
+            self.log.warning("%s shares cores %s with another server (--oversubscribe)", self.user.name,
+                             self.core_slice.cpu_list())
+        try:
+            self.prepare()
+            self.notebook_dir = str(self.course)
+            self.cmd = self.command()
+            return await super().start()
+        except BaseException:
+            self._release()
+            raise
+
+    async def stop(self, now=False):
+        try:
+            await super().stop(now=now)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.core_slice is not None:
+            self.allocator.release(self.user.name)
+            self.core_slice = None
+
+    def get_state(self):
+        state = super().get_state()
+        if self.core_slice is not None:
+            state["slice"] = list(self.core_slice.cores)
+        return state
+
+    def load_state(self, state):
+        """A server still running when the hub restarted keeps its slice."""
+        super().load_state(state)
+        if state.get("slice") and self.pid:
+            self.core_slice = self.allocator.claim(self.user.name, tuple(state["slice"]))
+
+    def clear_state(self):
+        """Called when the server has stopped or died, and before each start: its slice is free again."""
+        super().clear_state()
+        self._release()
