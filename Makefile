@@ -50,6 +50,7 @@ help:
 	@echo "make setup      create .venv with uv and install the course package (editable): what an attendee needs"
 	@echo "make setup-dev  the same, plus the book and test tools and DALI (the dev and dali extras)"
 	@echo "make system-deps  the Debian packages the tests need (Chromium, Slurm, munge), installed once as root"
+	@echo "make system-deps HUB=1  only what the class hub needs (bubblewrap; prints the dnf line for RHEL/Rocky)"
 	@echo "make data       generate the 10k-image dataset (PACKLAB_COUNT=2000: a smaller one; no-op if a verified one exists)"
 	@echo "make wheelhouse every wheel make setup installs, into wheelhouse/; at the venue: make setup WHEELHOUSE=folder (offline)"
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
@@ -58,7 +59,7 @@ help:
 	@echo "make update     bring in the instructor's latest release: git stash, git pull, git stash pop (your work kept)"
 	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv, each in a sandbox"
 	@echo "make hub CLASS_LIST=class.txt  a JupyterHub for the class on this machine (hub/), with the live board at /services/board/"
-	@echo "make board RECORDS=folder   the live board of a class folder of check runs, on 127.0.0.1 (no hub)"
+	@echo "make board RECORDS=folder   the live board of a class folder of check runs, on 127.0.0.1 (no hub); BOARD_HOST=0.0.0.0: a laptop room's checks post to it"
 	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
 	@echo "make release DEST=folder  the attendees' copy, without solutions/, as a new commit of the git repository DEST (SOLUTIONS=01,03: hand those out)"
 	@echo "make headers    rewrite the notebooks' headers as the pinned jupytext writes them on saving"
@@ -150,7 +151,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 #   make configure VENV=/scratch/$$USER/packed-venv TORCH_BACKEND=cpu
 #   make configure VENV=$$CONDA_PREFIX          (an active conda environment)
 #   make configure PACKLAB_CORES=2              (at most 2 cores for the course's workers: a hub's or a job's share)
-SETTING_NAMES := PACKLAB_COUNT PACKLAB_DATA VENV TORCH_BACKEND PACKLAB_CORES
+SETTING_NAMES := PACKLAB_COUNT PACKLAB_DATA VENV TORCH_BACKEND PACKLAB_CORES PACKLAB_CLASS_URL PACKLAB_CLASS_TOKEN
 GIVEN_SETTINGS := $(foreach name,$(SETTING_NAMES),$(if $(filter command line,$(origin $(name))),$(name)))
 configure:
 	@env $(foreach name,$(GIVEN_SETTINGS),-u $(name)) $(BOOTSTRAP_PYTHON) -m packlab.settings \
@@ -163,8 +164,10 @@ data: setup
 # tests, slurm-wlm and munge for the Slurm job), installed with one apt-get, before any test
 # runs: tests run side by side and two apt-gets at once fail on dpkg's lock. Does nothing when
 # they are there; says which tests will skip when it cannot install (fails under CI=true).
+# HUB=1: only what the class hub needs (bubblewrap), with the dnf line for RHEL and Rocky.
+HUB ?=
 system-deps: setup
-	$(PY) -m packlab.course.system_deps
+	$(PY) -m packlab.course.system_deps $(if $(HUB),--hub)
 
 # A go/no-go check of this machine (packlab/course/doctor/); without make, from the
 # repository: python3 -m packlab.course.doctor (any Python 3; it says what is missing).
@@ -289,17 +292,26 @@ CHP_VERSION := 5.3.0
 hub-proxy: $(TOOLS)/chp/node_modules/.bin/configurable-http-proxy
 
 $(TOOLS)/chp/node_modules/.bin/configurable-http-proxy:
-	@command -v npm >/dev/null || { echo "make hub needs node and npm (20 or newer): apt-get install nodejs npm, or nodejs.org"; exit 1; }
+	@found=$$(node --version 2>/dev/null); major=$${found#v}; major=$${major%%.*}; \
+	  if [ -z "$$found" ] || ! [ "$$major" -ge 20 ] 2>/dev/null; then \
+	    echo "make hub needs node 20 or newer for configurable-http-proxy; found: $${found:-no node on PATH}."; \
+	    echo "Debian 12's and Ubuntu 24.04's nodejs package is node 18: take node 20 or newer from nodejs.org (or NodeSource's packages)."; exit 1; fi
+	@command -v npm >/dev/null || { echo "make hub needs npm beside node 20 or newer (nodejs.org's node comes with it)"; exit 1; }
 	npm install --prefix $(TOOLS)/chp --no-package-lock --no-save --no-fund --no-audit configurable-http-proxy@$(CHP_VERSION)
 
 # The live board of a class folder of check runs (PACKLAB_CLASS_RECORDS), without a hub:
-# on 127.0.0.1:BOARD_PORT, with ROSTER (a class list) for who has not started.
+# on BOARD_HOST:BOARD_PORT, with ROSTER (a class list) for who has not started. It also takes
+# records posted with the class token (BOARD_TOKEN, else one made and printed): in a laptop
+# room, BOARD_HOST=0.0.0.0 and each attendee's `make configure PACKLAB_CLASS_URL=... PACKLAB_CLASS_TOKEN=...`
+# (the board prints the line). Beyond 127.0.0.1 the page wants the token too (?token= once).
 RECORDS ?=
 ROSTER ?=
+BOARD_HOST ?= 127.0.0.1
 BOARD_PORT ?= 8765
+BOARD_TOKEN ?=
 board: setup
-	@test -n "$(RECORDS)" || { echo "usage: make board RECORDS=class-folder [ROSTER=class.txt]"; exit 2; }
-	$(PY) -m packlab.course.hub.board --records $(RECORDS) --port $(BOARD_PORT) $(if $(ROSTER),--roster $(ROSTER))
+	@test -n "$(RECORDS)" || { echo "usage: make board RECORDS=class-folder [ROSTER=class.txt] [BOARD_HOST=0.0.0.0] [BOARD_TOKEN=...]"; exit 2; }
+	@BOARD_TOKEN='$(BOARD_TOKEN)' $(PY) -m packlab.course.hub.board --records $(RECORDS) --host $(BOARD_HOST) --port $(BOARD_PORT) $(if $(ROSTER),--roster $(ROSTER))
 
 # The notebooks' headers as the pinned jupytext writes them when JupyterLab saves one, so
 # that saving an unchanged chapter leaves it byte-identical (and `git pull` unblocked).

@@ -23,7 +23,10 @@ and the file over the built-in default. :func:`lookup` says which one a value ca
   read by the Makefile when it creates the environment;
 * ``PACKLAB_CORES``: the most cores the course uses (workers, processes), read by
   :func:`packlab.cpus.course_cores`; the class hub and the cluster recipes set it to an
-  attendee's share (default: every core this process may run on).
+  attendee's share (default: every core this process may run on);
+* ``PACKLAB_CLASS_URL`` and ``PACKLAB_CLASS_TOKEN``: the instructor's class board in a laptop
+  room (``make board BOARD_HOST=0.0.0.0`` prints both), read by :mod:`packlab.course.hub.post`:
+  every check also posts its records there (default: not set, nothing is sent).
 
 ``PACKLAB_SETTINGS`` names another settings file (the tests use it to run without one).
 Nothing here imports more than the standard library: ``make configure`` runs it with the
@@ -50,6 +53,8 @@ KNOWN = {
     "VENV": "the environment folder, or an active conda environment's $CONDA_PREFIX (default: .venv)",
     "TORCH_BACKEND": "where torch comes from: cpu (PyTorch's CPU wheels), pypi (PyPI's build), or any uv --torch-backend",
     "PACKLAB_CORES": "the most cores the course uses for its workers (default: every core this process may run on)",
+    "PACKLAB_CLASS_URL": "the class board every check also posts its records to, http://host:port (make board prints it)",
+    "PACKLAB_CLASS_TOKEN": "the class board's token (make board prints it)",
 }
 #: What each setting is when nothing sets it (the Makefile and packlab.data, packlab.paths decide the same).
 DEFAULTS = {
@@ -58,6 +63,8 @@ DEFAULTS = {
     "VENV": ".venv",
     "TORCH_BACKEND": "cpu" if sys.platform.startswith("linux") else "pypi",  # the Makefile's: cpu on Linux
     "PACKLAB_CORES": "every core this process may run on",
+    "PACKLAB_CLASS_URL": "not set: checks are sent to no board",
+    "PACKLAB_CLASS_TOKEN": "not set",
 }
 #: Settings that hold a folder: written as absolute paths, so they mean the same from any directory.
 FOLDERS = ("PACKLAB_DATA", "VENV")

@@ -21,16 +21,23 @@ timing helpers); this subpackage holds everything around them:
 An exercise notebook needs only::
 
     from packlab.course import check, list_checks
+
+and a chapter marks a stage of the room for the class board with
+``from packlab.course import checkpoint; checkpoint("ch07-sweep")``.
 """
 
 from __future__ import annotations
 
-__all__ = ["check", "list_checks"]
+__all__ = ["check", "checkpoint", "list_checks"]
 
 
 def __getattr__(name: str):
     # Lazy, so that importing packlab.course.prose (every chapter does) does not import the
     # grader and everything it imports.
+    if name == "checkpoint":
+        from packlab.course.grading import records
+
+        return records.checkpoint
     if name in __all__:
         from packlab.course import grading
 
