@@ -1,6 +1,7 @@
 """This checkout's settings: one file that ``make`` and ``packlab`` both read.
 
-Four settings change where and how much the course writes. Typed on a command line or
+The settings change where and how much the course writes, how many cores it uses, and
+where a laptop room's board is. Typed on a command line or
 exported in one terminal, they are gone in the next one, and what is forgotten costs
 dearly: the full dataset regenerated on a small quota, a second environment in a home
 folder, gigabytes in the clone. So they live in a file, ``settings.mk`` in the

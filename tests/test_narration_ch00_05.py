@@ -197,7 +197,12 @@ def test_the_chapter_4_sweep_says_where_it_stops_and_why():
     capped = ch04.sweep_plan_text(62, 32, 1_984, 8, 4, 2_000)
     assert capped.startswith("largest count: 62 workers, 4 batches each at least (1984 images in batches of 8); ")
     assert "rather than at two workers per core (64)" in capped and "2,000 images make only 250 batches" in capped
+    by_time = ch04.sweep_plan_text(16, 16, 512, 8, 4, 2_000, 512)
+    assert "16 workers, 4 batches each" in by_time and "rather than at two workers per core (32)" in by_time
+    assert "the sweep reads at most 512 images, which make 64 batches" in by_time
+    assert ch04.sweep_plan_text(16, 8, 512, 8, 4, 10_000, 512).endswith("two workers per core")
     well_formed(full)
+    well_formed(by_time)
     well_formed(capped)
 
 

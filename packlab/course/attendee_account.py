@@ -96,11 +96,29 @@ def readable_python(into: Path) -> tuple[Path, dict[str, str]]:
     for entry in Path(sys.prefix).iterdir():  # share/ (JupyterLab's extensions), make setup's records
         if entry.name not in ("bin", "lib", "lib64", "pyvenv.cfg"):
             (venv / entry.name).symlink_to(entry)
-    for tool in ("py-spy",):  # binaries the chapters call beside sys.executable
-        if (executable.parent / tool).exists():
-            (venv / "bin" / tool).symlink_to(executable.parent / tool)
+    _carry_programs(executable.parent, venv / "bin")
     # The interpreter's RUNPATH names the original lib folder; LD_LIBRARY_PATH wins over a RUNPATH.
     return venv / "bin" / "python", {"LD_LIBRARY_PATH": str(python_home / "lib")}
+
+
+def _carry_programs(source: Path, target: Path) -> None:
+    """The environment's programs (``weed``, ``py-spy``, ``torchrun`` ...) in ``target``, as the chapters find them.
+
+    Binaries are linked. Scripts start with a ``#!`` line naming the environment's Python,
+    which the account cannot run, so each is copied with that line naming ``target``'s.
+    """
+    shebang = f"#!{source / 'python'}".encode()
+    for program in source.iterdir():
+        if program.name.startswith("python") or (target / program.name).exists() or not program.is_file():
+            continue
+        with open(program, "rb") as head:
+            first = head.readline()
+        if first.startswith(shebang):
+            rest = program.read_bytes().split(b"\n", 1)[1]
+            (target / program.name).write_bytes(f"#!{target / 'python'}\n".encode() + rest)
+            (target / program.name).chmod(0o755)
+        else:
+            (target / program.name).symlink_to(program)
 
 
 def run_as_attendee(command: list[str], keep_env: tuple[str, ...] = ()) -> int:

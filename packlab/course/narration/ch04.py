@@ -17,17 +17,22 @@ def gain_verdict(more_workers: Spread, fewer_workers: Spread) -> str:
 
 
 def sweep_plan_text(most_workers: int, cores: int, images: int, batch_size: int, batches_each: int,
-                    dataset_images: int) -> str:
+                    dataset_images: int, most_images: int | None = None) -> str:
     """The worker sweep's size: its largest count, the batches each of those workers makes, and why the count
-    stops below two workers per core when the dataset is too small for that."""
+    stops below two workers per core when it does (``most_images``: what the chapter's time allows; the dataset
+    may hold fewer)."""
     plural = "s" * (most_workers != 1)
     text = (f"largest count: {most_workers} worker{plural}, {images // batch_size // most_workers} batches each "
             f"at least ({images} images in batches of {batch_size})")
     if most_workers >= 2 * cores:
         return text + ", two workers per core"
+    if most_images is not None and most_images < dataset_images:
+        limit = (f"the sweep reads at most {most_images} images, which make {most_images // batch_size} batches "
+                 "(six runs of every point, taking turns, must fit the chapter's time)")
+    else:
+        limit = f"the dataset's {dataset_images:,} images make only {dataset_images // batch_size} batches"
     return (text + f"; it stops there rather than at two workers per core ({2 * cores}): each worker should make "
-            f"{batches_each} batches of {batch_size}, and the dataset's {dataset_images:,} images make only "
-            f"{dataset_images // batch_size} batches")
+            f"{batches_each} batches of {batch_size}, and {limit}")
 
 
 def beyond_cores_sentence(at_cores: Spread, beyond: Spread | None, at_count: int, beyond_count: int) -> str:
