@@ -27,8 +27,8 @@ Where attaching is refused, py-spy can still start the job itself, as its own ch
 lets a process trace its own descendants, Yama's scope 1 included. That gives the
 recording but no snapshot of a running job (``dump`` only attaches). Where py-spy cannot
 run at all (macOS without ``sudo``, Yama's scope 2 or 3, a container without the
-capability), :func:`sample_in_process` samples the same work run in this process from a
-thread. :func:`profile_workers` tries the three in that order and says which one answered.
+capability), :func:`sample_in_process` samples the same work run in this process with a
+CPU-time timer. :func:`profile_workers` tries the three in that order and says which one answered.
 """
 
 from __future__ import annotations
@@ -482,8 +482,8 @@ def profile_workers(seconds: float = 2.0, keys: int = 512, workers: int = 2) -> 
        and a ``record`` of ``seconds`` (:data:`ATTACHED`).
     2. Where attaching is refused: start the job as py-spy's child and record it
        (:func:`pyspy_record_job`, :data:`STARTED_UNDER_PYSPY`); no dump.
-    3. Where py-spy cannot run at all: the workers' work in this process, sampled from a
-       thread (:func:`sample_in_process`, :data:`SAMPLED_IN_PROCESS`); no job, no main process.
+    3. Where py-spy cannot run at all: the workers' work in this process, sampled by a
+       CPU-time timer (:func:`sample_in_process`, :data:`SAMPLED_IN_PROCESS`); no job, no main process.
 
     Samples inside an import are left out (:func:`without_imports`): they are the job
     starting, which only the second way sees.
