@@ -62,7 +62,8 @@ def create_account(home: Path) -> pwd.struct_passwd:
 
 def remove_account(account: pwd.struct_passwd) -> None:
     """Remove the account and end anything it left running."""
-    subprocess.run(["pkill", "-KILL", "-u", account.pw_name], check=False)
+    if shutil.which("pkill"):  # procps; userdel --force removes the account even with processes left
+        subprocess.run(["pkill", "-KILL", "-u", account.pw_name], check=False)
     subprocess.run(["userdel", "--force", account.pw_name], check=False, capture_output=True)
 
 
