@@ -74,8 +74,22 @@ def visible_cores() -> int:
     """Cores the course sees: :func:`affinity_cores`, or ``$PACKLAB_VISIBLE_CORES`` where a test emulates a bigger machine."""
     emulated = os.environ.get(EMULATED_CORES_VAR, "").strip()
     if emulated:
+        _note_emulated_read()
         return _whole_number(EMULATED_CORES_VAR, emulated, "the environment, emulating a machine")
     return affinity_cores()
+
+
+_noted_reads: set[str] = set()
+
+
+def _note_emulated_read() -> None:
+    """Name the running notebook in make test's core-reads log, once per process (:mod:`packlab.course.pytest_core_reads`)."""
+    log, notebook = os.environ.get("PACKLAB_CORE_READS_LOG"), os.environ.get("PACKLAB_NOTEBOOK")
+    if not log or not notebook or notebook in _noted_reads:
+        return
+    _noted_reads.add(notebook)
+    with open(log, "a") as out:  # one short line per write: appends from several processes do not interleave
+        out.write(notebook + "\n")
 
 
 def cores_cap() -> settings.Setting:

@@ -20,6 +20,8 @@ LONGEST_FIRST = (
     "test_bench.py::test_a_quick_benchmark",
     "test_gradebook.py::",
     "test_slurm.py::test_jobs_signalled",
+    "test_slurm.py::test_a_job_stopped_while",
+    "test_hub_slurm.py::",
     "test_exercises.py::test_the_spawn_part",
     "test_release.py::",
     "test_grading_resumable_reader.py::",

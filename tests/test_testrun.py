@@ -16,15 +16,19 @@ class FakeProcess:
 @pytest.fixture
 def fake_phases(monkeypatch, tmp_path):
     monkeypatch.setattr(testrun.paths, "build_dir", lambda: tmp_path)
+    monkeypatch.setattr(testrun.paths, "repo_root", lambda: tmp_path)
     monkeypatch.setattr(testrun, "convert_notebooks", lambda root, out_dir=None: [])
     started = []
 
-    def use(empty=None):
+    def use(empty=None, core_reads="chapters/01_jpeg_files\n"):
         commands = testrun.phase_commands(4, 600, [])
 
         def fake_popen(command, cwd, stdout=None, stderr=None, env=None):
             phase = next(p for p, c in commands.items() if c == command)
             started.append(phase)
+            if phase == "notebooks-16-cores-no-ptrace" and core_reads is not None:
+                (tmp_path / testrun.CORE_READS_LOG).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / testrun.CORE_READS_LOG).write_text(core_reads)
             return FakeProcess(testrun.NO_TESTS_COLLECTED if phase == empty else 0)
 
         monkeypatch.setattr(testrun.subprocess, "Popen", fake_popen)
@@ -82,12 +86,56 @@ def test_the_many_core_phases_run_every_notebook_at_2000_images_in_a_data_folder
     assert testrun.PHASE_ENV["notebooks-8-cores-user"](tmp_path)["PACKLAB_VISIBLE_CORES"] == "8"
 
 
-def test_the_eight_core_phase_runs_as_a_normal_account_the_data_the_doctor_and_every_notebook(tmp_path):
-    notebooks = [tmp_path / "_build" / "nbtest-small" / "solutions" / "03_x.ipynb"]
-    command = testrun.phase_commands(4, 600, [], notebooks)["notebooks-8-cores-user"]
+def test_the_eight_core_phase_runs_as_a_normal_account_the_data_the_doctor_and_the_notebooks_that_read_the_cores(tmp_path):
+    small = tmp_path / "_build" / "nbtest-small"
+    needed, reader, other = (small / "solutions" / "03_per_worker_zip.ipynb", small / "chapters" / "02_zip.ipynb",
+                             small / "chapters" / "06_scaling_out.ipynb")
+    commands = testrun.phase_commands(4, 600, [], [needed, reader, other])
+    command = commands["notebooks-8-cores-user"]
     assert "packlab.course.attendee_account" in command
     script = command[-1]
-    assert script.index("packlab.data") < script.index("packlab.course.doctor") < script.index(str(notebooks[0]))
+    assert script.index("packlab.data") < script.index("packlab.course.doctor") < script.index(str(needed))
+    assert str(reader) in script and str(other) not in script
+    sixteen = commands["notebooks-16-cores-no-ptrace"]
+    assert all(str(n) in sixteen for n in (needed, reader, other)) and "packlab.course.pytest_core_reads" in sixteen
+
+
+def test_the_normal_account_runs_what_the_issue_asks_of_it():
+    assert set(testrun.NORMAL_ACCOUNT_NOTEBOOKS) >= {
+        "chapters/00_setup", "chapters/01_jpeg_files", "chapters/04_per_worker_handles",
+        "chapters/07_how_fast_is_enough", "chapters/08_process_boundary", "chapters/11_past_the_decode_ceiling"}
+    assert len([n for n in testrun.NORMAL_ACCOUNT_NOTEBOOKS if n.startswith("solutions/")]) >= 2
+    sources = {f"{p.parent.name}/{p.stem}" for p in testrun.notebook_sources(testrun.paths.repo_root())}
+    assert set(testrun.NORMAL_ACCOUNT_NOTEBOOKS) | set(testrun.CORE_READERS) <= sources
+
+
+@pytest.mark.parametrize("core_reads, expected", [("chapters/01_jpeg_files\nsolutions/01_jpeg_dataset\n", 0),
+                                                  ("chapters/06_scaling_out\n", 1),  # read the count, not run at 8
+                                                  (None, 1)])  # no log at all: the instrument broke
+def test_a_notebook_that_reads_the_core_count_and_did_not_run_at_8_cores_fails_the_8_core_phase(
+        fake_phases, core_reads, expected, capsys):
+    fake_phases(core_reads=core_reads)
+    assert testrun.run(list(testrun.PHASES), jobs=4, cell_timeout=600, extra=[]) == expected
+    if core_reads == "chapters/06_scaling_out\n":
+        assert "chapters/06_scaling_out" in capsys.readouterr().out
+
+
+def test_the_log_names_each_notebook_that_reads_an_emulated_count(tmp_path, monkeypatch):
+    from packlab import cpus
+    from packlab.course.pytest_core_reads import notebooks_that_read
+
+    log = tmp_path / "reads.log"
+    monkeypatch.setattr(cpus, "_noted_reads", set())
+    monkeypatch.setenv("PACKLAB_CORE_READS_LOG", str(log))
+    monkeypatch.setenv("PACKLAB_NOTEBOOK", "chapters/02_zip")
+    monkeypatch.delenv("PACKLAB_VISIBLE_CORES", raising=False)
+    cpus.course_cores()
+    assert notebooks_that_read(log) == set(), "only an emulated count is logged"
+    monkeypatch.setenv("PACKLAB_VISIBLE_CORES", "16")
+    assert cpus.course_cores() >= 1 and cpus.workers_for(4) >= 1
+    monkeypatch.setenv("PACKLAB_NOTEBOOK", "solutions/07_parallel_map")
+    cpus.course_cores()
+    assert log.read_text().splitlines() == ["chapters/02_zip", "solutions/07_parallel_map"]
 
 
 def test_the_ptrace_refusing_stand_in_exists_and_is_executable():
@@ -95,3 +143,17 @@ def test_the_ptrace_refusing_stand_in_exists_and_is_executable():
 
     standin = testrun.paths.repo_root() / testrun.PTRACE_REFUSED_PYSPY
     assert standin.is_file() and os.access(standin, os.X_OK)
+
+
+def test_the_many_core_phases_cap_every_measurements_rounds_and_nothing_else_does(tmp_path, monkeypatch):
+    from packlab import bench
+
+    env = testrun.PHASE_ENV["notebooks-8-cores-user"](tmp_path)
+    assert env[bench.CRASH_TEST_ROUNDS_VAR] == str(testrun.CRASH_TEST_ROUNDS)
+    command = testrun.phase_commands(4, 600, [], [])["notebooks-8-cores-user"]
+    assert bench.CRASH_TEST_ROUNDS_VAR in command[command.index("--keep-env") + 1]  # through to the normal account
+    monkeypatch.delenv(bench.CRASH_TEST_ROUNDS_VAR, raising=False)
+    assert len(bench.repeat(lambda: 1.0, rounds=5).values) == 5
+    monkeypatch.setenv(bench.CRASH_TEST_ROUNDS_VAR, env[bench.CRASH_TEST_ROUNDS_VAR])
+    runs = bench.interleaved({"a": lambda: 1.0, "b": lambda: 2.0, "c": lambda: 3.0})
+    assert [len(s.values) for s in runs.values()] == [testrun.CRASH_TEST_ROUNDS] * 3

@@ -18,14 +18,24 @@
    goes to the book's cache, so they may share the cores with the unit tests (at a lower
    priority, ``nice``). Two phases:
 
-   * ``notebooks-8-cores-user``: the course sees 8 cores (``PACKLAB_VISIBLE_CORES``: its
-     workers really start, on the cores there are) and runs as **a throwaway normal
+   * ``notebooks-16-cores-no-ptrace``: every notebook; the course sees 16 cores
+     (``PACKLAB_VISIBLE_CORES``: its workers really start, on the cores there are), and
+     ``py-spy`` is a stand-in that refuses to attach to another process as Yama's
+     ``ptrace_scope = 1`` makes it refuse (:data:`PTRACE_REFUSED_PYSPY`), so chapter 11's
+     profiling cells take their fallback. Its data is generated under ``_build/small-data/``;
+   * ``notebooks-8-cores-user``: the course sees 8 cores and runs as **a throwaway normal
      account** (:mod:`packlab.course.attendee_account`), which generates its own data,
-     runs the doctor and then every notebook; the checkout is read-only to it;
-   * ``notebooks-16-cores-no-ptrace``: the course sees 16 cores, and ``py-spy`` is a
-     stand-in that refuses to attach to another process as Yama's ``ptrace_scope = 1``
-     makes it refuse (:data:`PTRACE_REFUSED_PYSPY`), so chapter 11's profiling cells take
-     their fallback. Its data is generated under ``_build/small-data/``.
+     runs the doctor and then the notebooks a normal account must run
+     (:data:`NORMAL_ACCOUNT_NOTEBOOKS`) and every notebook that reads the course's core
+     count (:data:`CORE_READERS`). A notebook that never reads it runs the same code at 8
+     cores as at 16, so the 16-core phase covers it. That list is checked, not trusted:
+     the 16-core phase logs every notebook that read the emulated count
+     (:mod:`packlab.course.pytest_core_reads`), and the 8-core phase fails when one of
+     them is missing from its list.
+
+   In both, a measurement takes at most :data:`CRASH_TEST_ROUNDS` rounds
+   (``PACKLAB_CRASH_TEST_ROUNDS``, read by :mod:`packlab.bench`): every line runs, with the
+   workers the machine would start, but no verdict is asked of these runs.
 
 Every phase runs even when an earlier one failed, so one run reports everything; the
 exit status is non-zero when any phase failed. A phase that collects no test at all is
@@ -58,6 +68,23 @@ MACHINE_PHASES = {"notebooks-8-cores-user": 8, "notebooks-16-cores-no-ptrace": 1
 PHASES = ("serial", "notebooks", "unit", "browser", *MACHINE_PHASES)
 #: Phases run one group after another; the phases of one group run at the same time.
 STAGES = (("serial",), ("notebooks",), ("unit", "browser", *MACHINE_PHASES))
+#: What the normal account must run besides the data and the doctor: chapters 0, 1, 4, 7, 8 and 11
+#: and two exercise checks (a worker count from the attendee's cores, a grader's own processes).
+NORMAL_ACCOUNT_NOTEBOOKS = ("chapters/00_setup", "chapters/01_jpeg_files", "chapters/04_per_worker_handles",
+                            "chapters/07_how_fast_is_enough", "chapters/08_process_boundary",
+                            "chapters/11_past_the_decode_ceiling", "solutions/03_per_worker_zip",
+                            "solutions/07_parallel_map")
+#: The notebooks that read the course's core count (``packlab.cpus``), as the 16-core phase's log
+#: last found them: they run at 8 cores too. make test fails when the log names one not here.
+CORE_READERS = ("chapters/00_setup", "chapters/01_jpeg_files", "chapters/02_zip", "chapters/03_zip_pitfall",
+                "chapters/04_per_worker_handles", "chapters/05_tar_shards", "chapters/07_how_fast_is_enough",
+                "chapters/08_process_boundary", "chapters/09_other_formats", "chapters/10_beyond_one_machine",
+                "chapters/11_past_the_decode_ceiling", "chapters/13_what_shortcuts_cost",
+                "solutions/01_jpeg_dataset", "solutions/03_per_worker_zip", "solutions/07_parallel_map")
+#: The 16-core phase's log of the notebooks that read the emulated core count.
+CORE_READS_LOG = Path("_build") / "core-reads-16.log"
+#: Rounds per measurement in the many-cores phases: crash tests, not verdicts (see the module's docstring).
+CRASH_TEST_ROUNDS = 2
 #: The small-data mode's size (setup.md recommends it for a JupyterHub with a small quota).
 SMALL_COUNT = 2000
 #: A py-spy that refuses to attach as Yama's ptrace_scope = 1 makes it refuse a normal user (chapter 11's fallback).
@@ -107,7 +134,8 @@ def small_data_env(root: Path) -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if k != "PACKLAB_CORES"}
     return {**env, "PACKLAB_COUNT": str(SMALL_COUNT), "PACKLAB_DATA": str(root / SMALL_DATA_DIR),
-            "PACKLAB_SETTINGS": str(root / SMALL_DATA_DIR / "no-settings.mk")}
+            "PACKLAB_SETTINGS": str(root / SMALL_DATA_DIR / "no-settings.mk"),
+            "PACKLAB_CRASH_TEST_ROUNDS": str(CRASH_TEST_ROUNDS)}
 
 
 def many_cores_env(cores: int, ptrace_refused: bool = False):
@@ -116,9 +144,31 @@ def many_cores_env(cores: int, ptrace_refused: bool = False):
         extra = {"PACKLAB_VISIBLE_CORES": str(cores)}
         if ptrace_refused:  # the stand-in hands what Yama allows to the real py-spy, installed beside this Python
             extra.update(PACKLAB_PYSPY=str(root / PTRACE_REFUSED_PYSPY),
-                         PACKLAB_REAL_PYSPY=str(Path(sys.executable).with_name("py-spy")))
+                         PACKLAB_REAL_PYSPY=str(Path(sys.executable).with_name("py-spy")),
+                         # this phase runs every notebook: it logs which of them read the core count
+                         PACKLAB_CORE_READS_LOG=str(root / CORE_READS_LOG))
         return {**small_data_env(root), **extra}
     return env
+
+
+def notebook_key(notebook: Path) -> str:
+    """``chapters/01_jpeg_files`` for ``.../chapters/01_jpeg_files.ipynb``: how the lists above name a notebook."""
+    return f"{notebook.parent.name}/{notebook.stem}"
+
+
+def eight_core_notebooks(small_notebooks: list[Path]) -> list[Path]:
+    """The notebooks of the 8-core phase: those a normal account must run and those that read the core count."""
+    wanted = set(NORMAL_ACCOUNT_NOTEBOOKS) | set(CORE_READERS)
+    return [n for n in small_notebooks if notebook_key(n) in wanted]
+
+
+def unlisted_core_readers(log: Path) -> list[str] | None:
+    """Notebooks the 16-core phase saw read the core count that the 8-core phase did not run; None without a log."""
+    from packlab.course.pytest_core_reads import notebooks_that_read
+
+    if not log.exists():
+        return None
+    return sorted(notebooks_that_read(log) - set(CORE_READERS) - set(NORMAL_ACCOUNT_NOTEBOOKS))
 
 
 def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
@@ -127,8 +177,11 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
     # The 20 slowest tests or cells of each phase are listed at its end: where the time went.
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=20"]
     # The small-data notebooks (as "python -m pytest ...", the first word left out for the normal account's Python).
-    nbval_args = ["-m", "pytest", "-p", "no:cacheprovider", "--durations=20", *map(str, small_notebooks or []),
-                  "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}"]
+    def nbval_args(notebooks: list[Path]) -> list[str]:
+        return ["-m", "pytest", "-p", "no:cacheprovider", "--durations=20", *map(str, notebooks),
+                "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}"]
+
+    small_notebooks = small_notebooks or []
     return {
         "unit": [*pytest, "tests", "-m", "not serial and not needs_book", "-n", str(jobs), "--dist", "load",
                  # Two tests at a time per process, the longest first (tests/conftest.py).
@@ -144,12 +197,15 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
                     "-n", "2", "--dist", "loadfile", f"--basetemp={paths.build_dir() / 'pytest-browser'}"],
         # Not handed to the book's cache: these runs measure the small dataset beside the unit tests, at a lower
         # priority (nice), so that the unit tests that wait with a timeout get the cores first.
-        # A normal account: generates its data, runs the doctor, then every notebook (its temporary folder in its home).
-        "notebooks-8-cores-user": [*NICE, sys.executable, "-m", "packlab.course.attendee_account",
-                                   "--keep-env", "PACKLAB_COUNT,PACKLAB_VISIBLE_CORES,PACKLAB_SETTINGS", "--",
-                                   "bash", "-c", 'python -m packlab.data -q && python -m packlab.course.doctor && '
-                                   f'exec python {shlex.join(nbval_args)} --basetemp="$HOME/pytest"'],
-        "notebooks-16-cores-no-ptrace": [*NICE, sys.executable, *nbval_args,
+        # A normal account: generates its data, runs the doctor, then its notebooks (its temporary folder in its home).
+        "notebooks-8-cores-user": [*NICE, sys.executable, "-m", "packlab.course.attendee_account", "--keep-env",
+                                   "PACKLAB_COUNT,PACKLAB_VISIBLE_CORES,PACKLAB_SETTINGS,PACKLAB_CRASH_TEST_ROUNDS",
+                                   "--", "bash", "-c", 'python -m packlab.data -q && python -m packlab.course.doctor && '
+                                   f'exec python {shlex.join(nbval_args(eight_core_notebooks(small_notebooks)))} '
+                                   '--basetemp="$HOME/pytest"'],
+        # Every notebook, each named to its kernel so that the core-reads log can say which read the count.
+        "notebooks-16-cores-no-ptrace": [*NICE, sys.executable, *nbval_args(small_notebooks), "-p",
+                                         "packlab.course.pytest_core_reads",
                                          f"--basetemp={paths.build_dir() / 'pytest-16-cores'}"],
     }
 
@@ -186,10 +242,28 @@ def _run_stage(stage: list[str], commands: dict[str, list[str]], root: Path) -> 
     return times
 
 
+def _check_core_readers(stage_times: dict[str, dict], root: Path) -> None:
+    """Fail the 8-core phase when the 16-core phase saw a notebook read the core count that it did not run."""
+    eight, sixteen = "notebooks-8-cores-user", "notebooks-16-cores-no-ptrace"
+    if eight not in stage_times or sixteen not in stage_times or stage_times[sixteen]["exit_status"] != 0:
+        return
+    unlisted = unlisted_core_readers(root / CORE_READS_LOG)
+    if unlisted is None:
+        print(f"\n==== make test: the 16-core phase wrote no {CORE_READS_LOG}: the core-reads instrument "
+              "(packlab.course.pytest_core_reads) is broken, so the 8-core phase's list is unchecked", flush=True)
+    elif unlisted:
+        print(f"\n==== make test: these notebooks read the core count but did not run at 8 cores: {', '.join(unlisted)}; "
+              "add them to CORE_READERS in packlab/course/testrun.py", flush=True)
+    else:
+        return
+    stage_times[eight]["exit_status"] = stage_times[eight]["exit_status"] or 1
+
+
 def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
     root = paths.repo_root()
     notebooks = convert_notebooks(root) if "notebooks" in only else []
     small = convert_notebooks(root, NBTEST_SMALL_DIR) if set(MACHINE_PHASES) & set(only) else []
+    (root / CORE_READS_LOG).unlink(missing_ok=True)
     if small:  # the small dataset, before its phases start (seconds; nothing if it is there already)
         subprocess.run([sys.executable, "-m", "packlab.data", "-q"], cwd=root, env=small_data_env(root), check=True,
                        timeout=1800)
@@ -202,6 +276,7 @@ def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
         if not selected:
             continue
         stage_times = _run_stage(selected, commands, root)
+        _check_core_readers(stage_times, root)
         times.update(stage_times)
         total += max(r["seconds"] for r in stage_times.values())
     print("\n==== make test: wall time per phase")
