@@ -38,7 +38,7 @@ UV_INSTALL = "$$uv" pip install --python $(PY) $(if $(WHEELHOUSE),--offline --no
 # Notebooks converted from MyST markdown for nbval.
 CELL_TIMEOUT ?= 600
 
-.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board
+.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board handback feedback
 
 help:
 	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND, PACKLAB_CORES) into $(SETTINGS_FILE); shows them"
@@ -58,6 +58,8 @@ help:
 	@echo "make submit NAME=yourname   pack your exercises (mywork/) as submissions/NAME/exercises/ and NAME.zip"
 	@echo "make update     bring in the instructor's latest release: git stash, git pull, git stash pop (your work kept)"
 	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv, each in a sandbox"
+	@echo "make handback CLASS=folder   a zip per attendee of their feedback (folder/handback/NAME.zip), for a laptop room"
+	@echo "make feedback ZIP=NAME.zip   unpack the zip your instructor handed back into mywork/feedback/"
 	@echo "make hub CLASS_LIST=class.txt  a JupyterHub for the class on this machine (hub/), with the live board at /services/board/"
 	@echo "make board RECORDS=folder   the live board of a class folder of check runs, on 127.0.0.1 (no hub); BOARD_HOST=0.0.0.0: a laptop room's checks post to it"
 	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
@@ -208,6 +210,19 @@ GRADE_ARGS ?=
 gradebook: data
 	@test -n "$(CLASS)" || { echo "usage: make gradebook CLASS=folder-with-one-folder-per-attendee"; exit 2; }
 	$(PY) -m packlab.course.grade --class $(CLASS) --jobs $(GRADE_JOBS) --summary --feedback $(CLASS)/feedback $(GRADE_ARGS)
+
+# Feedback back to a laptop room: CLASS/handback/NAME.zip for every CLASS/feedback/NAME.md of
+# `make gradebook`, the feedback and the graded notebooks under mywork/feedback/. Each attendee
+# runs `make feedback ZIP=NAME.zip` in their course folder, which unpacks it there and nowhere
+# else. (On the class hub `make gradebook CLASS=hub/dropbox` puts it into their mywork/feedback/ itself.)
+handback: setup
+	@test -n "$(CLASS)" || { echo "usage: make handback CLASS=folder-graded-by-make-gradebook"; exit 2; }
+	$(PY) -m packlab.course.grade.handback --class $(CLASS)
+
+ZIP ?=
+feedback: setup
+	@test -n "$(ZIP)" || { echo "usage: make feedback ZIP=the-zip-your-instructor-handed-back.zip"; exit 2; }
+	$(PY) -m packlab.course.grade.handback --take $(ZIP)
 
 # One check N times in a row in one process (of NB, by default the solution notebook), with
 # min/median/max wall time: looks for failures that show only now and then. Run it on an

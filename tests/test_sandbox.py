@@ -87,3 +87,14 @@ def test_the_instructors_files_and_secrets_are_not_there():
     done = run(sandbox.Sandbox(), code)
     shadow, ssh, _ = done.stdout.split(" ", 2)
     assert (shadow, ssh) == ("False", "False"), done.stdout + done.stderr
+
+
+def test_the_working_directory_that_python_m_puts_on_sys_path_is_not_shared(tmp_path, monkeypatch):
+    """The class hub runs `python -m jupyterhub` in its own folder (passwords, homes): no sandbox may see it."""
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    monkeypatch.chdir(hub)
+    monkeypatch.syspath_prepend(str(hub))
+    for share_course in (True, False):
+        shared = sandbox.python_paths(share_course=share_course)
+        assert all(hub != p and hub not in p.parents for p in shared), shared

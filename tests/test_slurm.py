@@ -16,168 +16,21 @@ private socket, so a munged the machine may already run is left alone.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from slurm_support import cluster  # noqa: F401 - the one-host cluster, a module fixture
 
 from packlab import data, pack, paths
-from packlab.course import system_deps
 
 SCRIPT = paths.repo_root() / "scripts" / "slurm" / "exactly_once.sbatch"
-PACKAGES = ("slurm-wlm", "munge")
 COUNT = 160
 MAXCOUNT = 20  # -> 8 shards: 1 node x 2 ranks x 2 workers = 4 readers, 4 shards per rank
-DAEMON_TIMEOUT = 90  # seconds for munged, slurmctld and slurmd to come up
 JOB_TIMEOUT = 900  # seconds for the whole job, start-up of torchrun and its ranks on a busy machine included
-MUNGE_DIR = Path("/run/munge")
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def _require_root() -> None:
-    if os.geteuid() == 0:
-        return
-    message = "the Slurm test needs root: it runs munged as the munge user and slurmd as root"
-    if _in_ci():
-        pytest.fail(f"{message}, and under CI=true it must run")
-    pytest.skip(message)
-
-
-def _install_packages() -> None:
-    """Skip (or fail under CI=true) unless ``make system-deps`` installed slurm-wlm and munge."""
-    for package in PACKAGES:
-        system_deps.require(package, skip=pytest.skip, fail=pytest.fail)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(process: subprocess.Popen | None, grace: float = 15.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
-
-
-def _wait_for(condition, timeout: float, what: str, logs: list[Path], processes: list[subprocess.Popen]):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in processes:
-            if p.poll() is not None:
-                break
-        else:
-            if condition():
-                return
-            time.sleep(0.5)
-            continue
-        break
-    tails = "\n".join(f"--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-                      for log in logs if log.exists())
-    raise AssertionError(f"{what} did not happen within {timeout:.0f} s (or a daemon exited).\n{tails}")
-
-
-SLURM_CONF = """\
-# A one-host cluster for tests/test_slurm.py: everything on 127.0.0.1, everything in {tmp}.
-ClusterName=packlab
-SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={munge_socket}
-StateSaveLocation={tmp}/state
-SlurmdSpoolDir={tmp}/spool
-SlurmctldPidFile={tmp}/slurmctld.pid
-SlurmdPidFile={tmp}/slurmd.pid
-SlurmctldLogFile={tmp}/slurmctld.log
-SlurmdLogFile={tmp}/slurmd.log
-# No cgroups in a container: track job processes by their parent ids, do not bind tasks to cores.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ReturnToService=2
-MinJobAge=600
-KillWait=15
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-"""
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """munged, slurmctld and slurmd for one host; yields the environment that reaches them."""
-    _require_root()
-    _install_packages()
-    tmp = tmp_path_factory.mktemp("slurm")
-    for sub in ("state", "spool"):
-        (tmp / sub).mkdir()
-    MUNGE_DIR.mkdir(parents=True, exist_ok=True)
-    shutil.chown(MUNGE_DIR, "munge", "munge")
-    MUNGE_DIR.chmod(0o755)
-    tag = f"packlab-test-{os.getpid()}"
-    munge_files = {kind: MUNGE_DIR / f"{tag}.{kind}" for kind in ("key", "socket", "pid", "log", "seed")}
-    host = socket.gethostname().split(".")[0]
-    conf = tmp / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(tmp=tmp, host=host, ctld_port=_free_port(), slurmd_port=_free_port(),
-                                      munge_socket=munge_files["socket"], cpus=os.cpu_count() or 1))
-    env = dict(os.environ, SLURM_CONF=str(conf))
-    processes: list[subprocess.Popen] = []
-    logs = [munge_files["log"], tmp / "slurmctld.log", tmp / "slurmd.log"]
-    try:
-        # munge: a key of our own, and munged on a private socket, running as the munge user.
-        subprocess.run(["mungekey", "--create", f"--keyfile={munge_files['key']}"], user="munge", group="munge",
-                       check=True, capture_output=True, timeout=60)
-        processes.append(subprocess.Popen(
-            ["munged", "--foreground", f"--key-file={munge_files['key']}", f"--socket={munge_files['socket']}",
-             f"--pid-file={munge_files['pid']}", f"--log-file={munge_files['log']}", f"--seed-file={munge_files['seed']}"],
-            user="munge", group="munge", stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        ))  # fmt: skip
-        _wait_for(lambda: munge_files["socket"].exists(), DAEMON_TIMEOUT, "munged creating its socket", logs, processes)
-        daemon_out = open(tmp / "daemons.out", "ab")
-        processes.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], env=env, stdout=daemon_out,
-                                          stderr=subprocess.STDOUT))
-        processes.append(subprocess.Popen(["slurmd", "-D", "-f", str(conf), "-N", host], env=env, stdout=daemon_out,
-                                          stderr=subprocess.STDOUT))
-
-        def node_idle() -> bool:
-            state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=30)
-            return state.stdout.strip() == "idle"
-
-        _wait_for(node_idle, DAEMON_TIMEOUT, "the node becoming idle", logs + [tmp / "daemons.out"], processes)
-        yield {"env": env, "tmp": tmp, "logs": logs}
-    finally:
-        subprocess.run(["scancel", "--full", "--user=root"], env=env, capture_output=True, timeout=30)
-        for process in reversed(processes):  # slurmd, slurmctld, then munged
-            _stop(process)
-        for path in munge_files.values():
-            path.unlink(missing_ok=True)
-        Path(f"{munge_files['socket']}.lock").unlink(missing_ok=True)
 
 
 def _job_state(job_id: str, env: dict) -> dict[str, str]:
@@ -378,3 +231,80 @@ def test_jobs_signalled_as_slurm_signals_checkpoint_requeue_themselves_and_finis
     assert "SIGUSR1 from Slurm" in runs_text[1] and "signal 10 at step" in runs_text[1], runs_text[1]
     first_run = timed_out.text().split(" run 2 ")[0]
     assert "DUE TO TIME LIMIT" in first_run and "signal 15 at step" in first_run, timed_out.text()
+
+
+#: Seconds from the stop to the job's "requeueing" line: a loop that ends its workers takes a few; one that
+#: waits on a worker blocked in a read never gets there (at a time limit or a preemption, Slurm's SIGKILL
+#: KillWait later, 15 s here, would end it killed and not requeued).
+BLOCKED_STOP_GUARD = 45
+
+
+def test_a_job_stopped_while_a_worker_is_blocked_in_a_read_exits_3_requeues_and_resumes(cluster, tmp_path):
+    """resumable.sbatch, SIGTERM to every process of the job while worker 0 of its first run is stuck in a read.
+
+    The job's python is a wrapper that gives the first run (``SLURM_RESTART_COUNT`` unset or
+    0) two test options of ``packlab.preemption``: worker 0 blocks in a read after its first
+    two batches (``--hang-worker-after 16``, batches of 8, as a hung file system would block
+    it), and the loop waits for the stop after step 1 (``--pause-after 1``). Once the job's
+    output shows both, the test sends ``scancel --full --signal=TERM``, as a preemption does.
+    The run must end with the loop's status 3 (the script prints "requeueing" for that status
+    alone) within ``BLOCKED_STOP_GUARD`` s, the job must be requeued, and its second run,
+    without the options, must resume from step 1 and finish the epoch with every sample once.
+    """
+    import torch
+    from collections import Counter
+
+    from packlab import preemption
+
+    count = 64
+    root = data.generate(tmp_path / "data", count=count, seed=24, workers=2, progress=False)
+    shards = pack.write_tar_shards(root / "packed" / "shards", root=root, maxcount=16, progress=False)
+    wrapper = tmp_path / "python-first-run-hangs"
+    wrapper.write_text(f"""#!/bin/bash
+# The first run of the job (SLURM_RESTART_COUNT unset or 0): worker 0 blocks in a read, the loop waits for the stop.
+if [ "${{SLURM_RESTART_COUNT:-0}}" -eq 0 ] && [ "$1 $2" = "-m packlab.preemption" ]; then
+  exec "{sys.executable}" "$@" --hang-worker-after 16 --pause-after 1
+fi
+exec "{sys.executable}" "$@"
+""")
+    wrapper.chmod(0o755)
+    checkpoint = tmp_path / "checkpoint.pt"
+    env = dict(cluster["env"], PACKLAB_DATA=str(root), PACKLAB_SHARDS=pack.brace_pattern(shards),
+               PACKLAB_PYTHON=str(wrapper), PACKLAB_CHECKPOINT=str(checkpoint), STEP_SECONDS="0", WORKERS="2")
+    job = _FollowedJob(["--cpus-per-task=1", "--time=00:10:00", str(RESUMABLE)], env, tmp_path / "blocked.out",
+                       release_requeued=True)
+
+    def ready() -> bool:
+        job.poll()
+        assert not job.done, f"the job ended before the stop:\n{job.text()[-4000:]}"
+        text = job.text()
+        return "paused after step 1" in text and preemption.BLOCKED_MESSAGE in text
+
+    deadline = time.monotonic() + REQUEUE_TIMEOUT
+    while not ready():
+        assert time.monotonic() < deadline, f"the first run did not reach the stop:\n{job.text()[-4000:]}"
+        time.sleep(0.5)
+    stop = subprocess.run(["scancel", "--full", "--signal=TERM", job.job_id], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert stop.returncode == 0, stop.stderr
+    sent = time.monotonic()
+    while "requeueing job" not in job.text() and "the training loop ended with status" not in job.text():
+        if time.monotonic() - sent > BLOCKED_STOP_GUARD:
+            subprocess.run(["scancel", job.job_id], env=env, capture_output=True, timeout=30)
+            pytest.fail(f"the run was still going {BLOCKED_STOP_GUARD} s after SIGTERM (a worker blocked in a read "
+                        f"kept the training process alive):\n{job.text()[-4000:]}")
+        time.sleep(0.2)
+    stopped_after = time.monotonic() - sent
+    _follow([job], REQUEUE_TIMEOUT)
+    text = job.text()
+    print(f"Slurm job {job.job_id}: the first run reported status 3 {stopped_after:.1f} s after SIGTERM; "
+          f"{job.seconds:.0f} s from sbatch to COMPLETED over {int(job.state.get('Restarts', '0')) + 1} runs")
+    first, _, second = text.partition(" run 2 ")
+    assert second, f"the job did not run a second time:\n{text}"
+    assert "signal 15 at step 1: checkpoint written" in first and f"requeueing job {job.job_id}" in first, first
+    assert "resuming from step 1, 8 samples done (the same workers go on)" in second, second
+    assert preemption.BLOCKED_MESSAGE not in second and "killed by signal" not in text and "Traceback" not in text, text
+    assert job.state.get("Restarts") == "1", job.state
+    saved = torch.load(checkpoint, weights_only=True)
+    counts = Counter(saved["keys"])
+    assert saved["done"] and saved["runs"] == 2 and len(counts) == count and set(counts.values()) == {1}, saved["runs"]

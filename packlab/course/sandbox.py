@@ -108,7 +108,10 @@ def python_paths(share_course: bool = True) -> list[Path]:
     but the environment) is left out.
     """
     environment = [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent]
-    found = [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    # `python -m` puts the working directory first on sys.path: for the class hub that is the hub's own
+    # folder (its passwords, every attendee's home), which no sandbox may see. Code is never imported from it.
+    here = os.path.realpath(os.getcwd())
+    found = [Path(p) for p in sys.path if p and Path(p).is_dir() and os.path.realpath(p) != here]
     if share_course:
         return _outermost([*environment, paths.repo_root(), *found])
     course = Path(os.path.realpath(paths.repo_root()))

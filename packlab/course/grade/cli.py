@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packlab import paths
 from packlab.course import grading
-from packlab.course.grade import classbook, grader
+from packlab.course.grade import classbook, grader, handback
 from packlab.course.grade.execute import CELL_TIMEOUT, NOTEBOOK_TIMEOUT
 from packlab.course.grade.repeat import repeat_check
 
@@ -69,6 +69,11 @@ def _grade_class(args) -> int:
     if args.feedback is not None:
         written = classbook.write_feedback(rows, grades, args.feedback)
         print(f"\nfeedback for {len(written)} attendee(s) written to {args.feedback}/")
+        hub = handback.hub_of(args.class_dir)
+        if hub is not None:  # the class hub's drop folder: each file also goes to the attendee's own mywork/feedback/
+            delivered, missing = handback.deliver_to_hub(written, hub)
+            print(f"and into {len(delivered)} attendee(s)' {handback.FEEDBACK_FOLDER}/ on the hub"
+                  + (f"; no course copy on the hub for {', '.join(missing)}" if missing else ""))
     print(f"\ngradebook written to {csv_path} ({len(grades)} notebook(s) in {seconds:.0f} s, "
           f"{args.jobs} at a time{', without a sandbox' if args.no_sandbox else ', each in a sandbox'})")
     return 0

@@ -5,6 +5,8 @@
     python -m packlab.course.hub --class-list class.txt [--dir hub] [--url http://127.0.0.1:8000]
                                  [--release REPO] [--count 2000] [--cores-per-attendee 2] [--oversubscribe]
                                  [--ssl-cert FILE --ssl-key FILE] [--idle-timeout 9000] [--no-sandbox]
+                                 [--spawner slurm --slurm-partition P --mem-per-attendee 4G
+                                  --slurm-time 8:00:00 --hub-address HOST]
 
 Preparation, each step skipped when it is done already: the accounts (passwords for new
 names), the release repository (``make release`` into ``<dir>/release`` when ``--release``
@@ -13,6 +15,12 @@ settings in the environment, the records and drop folders, the configuration, an
 systemd unit, ``<dir>/packed-data-hub.service``, that runs the same hub as a service
 (restarted if it fails; how to install it, or to run the hub under tmux, is printed).
 Then JupyterHub takes over this process (``--prepare-only`` stops before).
+
+On a cluster, ``--spawner slurm`` makes each attendee's server a Slurm job of
+``--cores-per-attendee`` CPUs and ``--mem-per-attendee`` memory in ``--slurm-partition``
+(:mod:`packlab.course.hub.slurm`): run the hub on a machine that can ``sbatch``, with its
+folder and the environment on a file system the compute nodes share, and ``--hub-address``
+the name or address of this machine that the compute nodes reach (default: its host name).
 
 Root is not needed to run the hub: the accounts are the hub's own (``accounts.json``, no
 system users), and the sandbox is bubblewrap in unprivileged user namespaces. Root is
@@ -29,6 +37,7 @@ import os
 import pwd
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +52,10 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_COUNT = 2000
 #: Seconds without use before a server is stopped: 2.5 hours, so that a lunch break (an hour or more) stops nobody's.
 IDLE_TIMEOUT = 9000
+#: sbatch --mem per server: chapter 9's kernel and workers peaked at 4.1 GB (setup.md), plus JupyterLab beside them.
+DEFAULT_SLURM_MEMORY = "6G"
+#: What the hub runs to start, follow and stop the servers' jobs (``--spawner slurm``).
+SLURM_TOOLS = ("sbatch", "squeue", "scancel")
 #: The systemd unit ``make hub`` writes into the hub folder.
 SERVICE = "packed-data-hub.service"
 
@@ -118,9 +131,17 @@ def how_to_run(folder: Path, command: list[str]) -> str:
 def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo: Path | None = None,
             count: int | None = DEFAULT_COUNT, idle_timeout: int = IDLE_TIMEOUT, sandboxed: bool = True,
             proxy: Path = config.PROXY, log=print, cores_per_attendee: int = slices.DEFAULT_CORES_PER_ATTENDEE,
-            oversubscribe: bool = False, ssl_cert: Path | None = None, ssl_key: Path | None = None) -> Path:
-    """Everything the hub needs in ``folder`` (see the module docstring); returns the JupyterHub config file."""
+            oversubscribe: bool = False, ssl_cert: Path | None = None, ssl_key: Path | None = None,
+            slurm: dict | None = None) -> Path:
+    """Everything the hub needs in ``folder`` (see the module docstring); returns the JupyterHub config file.
+
+    ``slurm``: the servers as Slurm jobs, ``{"partition", "memory", "time", "hub_address"}``
+    (:mod:`packlab.course.hub.slurm`); None: on this machine, in slices of its cores.
+    """
     folder = Path(folder).resolve()
+    if slurm is not None and (missing := [tool for tool in SLURM_TOOLS if shutil.which(tool) is None]):
+        raise SystemExit(f"error: {', '.join(missing)} not found: --spawner slurm runs the hub where jobs are "
+                         "submitted (a login node with Slurm's commands)")
     people = accounts.read_people(class_list)
     if not Path(proxy).exists():
         raise SystemExit(f"error: no configurable-http-proxy at {proxy}: `make hub` installs it from npm into .tools/chp/")
@@ -138,17 +159,25 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
     if Path(class_list).resolve() != (folder / "class.txt"):
         shutil.copyfile(class_list, folder / "class.txt")
     plain, _ = accounts.ensure_accounts(people, folder)
-    cores = slices.hub_cores()
-    at_once = slices.capacity(len(cores), cores_per_attendee)
-    log(f"each server runs on {min(cores_per_attendee, len(cores))} cores of its own (CPU affinity and PACKLAB_CORES): "
-        f"room for {at_once} servers at once on this hub's {len(cores)} cores, for {len(people)} people on the list")
-    if oversubscribe:
-        log("--oversubscribe: past that, servers share the slices round-robin, and their timings measure each other")
-    elif len(people) > at_once:
-        log(f"warning: past {at_once} servers the hub refuses to start more (the attendee's page says so); "
-            "--oversubscribe (HUB_ARGS) shares the slices instead, or --cores-per-attendee 1 halves them")
-    log("memory: no limit per attendee (no cgroup here); each process has the sandbox's address-space cap of "
-        f"{sandbox.DEFAULT_MEMORY_BYTES / 1024**3:.0f} GiB (prlimit --as)")
+    if slurm is not None:
+        log(f"each server is a Slurm job: --cpus-per-task={cores_per_attendee} (PACKLAB_CORES), "
+            f"--mem={slurm['memory'] or '(the partition default)'}, partition {slurm['partition'] or '(the default)'}; "
+            "Slurm decides where and how many run at once, and holds a job to its cores and memory only where "
+            "its configuration confines jobs (task/cgroup); the servers reach the hub's API at "
+            f"{slurm['hub_address']}")
+    else:
+        cores = slices.hub_cores()
+        at_once = slices.capacity(len(cores), cores_per_attendee)
+        log(f"each server runs on {min(cores_per_attendee, len(cores))} cores of its own (CPU affinity and "
+            f"PACKLAB_CORES): room for {at_once} servers at once on this hub's {len(cores)} cores, for {len(people)} "
+            "people on the list")
+        if oversubscribe:
+            log("--oversubscribe: past that, servers share the slices round-robin, and their timings measure each other")
+        elif len(people) > at_once:
+            log(f"warning: past {at_once} servers the hub refuses to start more (the attendee's page says so); "
+                "--oversubscribe (HUB_ARGS) shares the slices instead, or --cores-per-attendee 1 halves them")
+        log("memory: no limit per attendee (no cgroup here); each process has the sandbox's address-space cap of "
+            f"{sandbox.DEFAULT_MEMORY_BYTES / 1024**3:.0f} GiB (prlimit --as)")
     if listens_beyond_loopback(url) and ssl_cert is None:
         log(f"warning: {url} is reachable from other machines over plain HTTP, passwords included: put the hub "
             "behind a TLS proxy (nginx, Caddy, the centre's), or give it --ssl-cert and --ssl-key")
@@ -185,6 +214,8 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
         "proxy_api_port": config.free_port(),
         "board_port": config.free_port(),
     }
+    if slurm is not None:
+        settings.update(spawner="slurm", slurm=slurm)
     config_file = config.write(folder, settings)
     (folder / SERVICE).write_text(unit_file(folder, hub_command(config_file), shutil.which("node")))
     return config_file
@@ -214,11 +245,33 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds before an unused server is stopped (default {IDLE_TIMEOUT}: 2.5 hours)")
     parser.add_argument("--no-sandbox", action="store_true", help="run the attendees' servers without bubblewrap (no wall between them)")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the folder and stop")
+    cluster = parser.add_argument_group("on a cluster (--spawner slurm)")
+    cluster.add_argument("--spawner", choices=("local", "slurm"), default="local",
+                         help="local: the servers run on this machine, in slices of its cores (default); slurm: each "
+                         "server is a Slurm job with --cpus-per-task=CORES_PER_ATTENDEE and --mem=MEM_PER_ATTENDEE")
+    cluster.add_argument("--slurm-partition", default="", help="the partition of the servers' jobs (default: the "
+                         "cluster's default partition)")
+    cluster.add_argument("--mem-per-attendee", default=DEFAULT_SLURM_MEMORY, help="sbatch --mem of each server's "
+                         f"job (default {DEFAULT_SLURM_MEMORY}: a chapter's kernel with its workers peaked at up to "
+                         "4.1 GB in chapter 9, setup.md, and JupyterLab runs in the same job)")
+    cluster.add_argument("--slurm-time", default="", help="sbatch --time of each server's job, e.g. 8:00:00 (default: "
+                         "the partition's limit); a job past it is ended, files kept")
+    cluster.add_argument("--hub-address", default=None, help="the name or address of this machine that the compute "
+                         "nodes reach, for the servers to call the hub's API (default: its host name)")
     args = parser.parse_args(argv)
+    slurm = None
+    if args.spawner == "slurm":
+        slurm = {"partition": args.slurm_partition, "memory": args.mem_per_attendee, "time": args.slurm_time,
+                 "hub_address": args.hub_address or socket.gethostname()}
+        if not listens_beyond_loopback(args.url):
+            print(f"warning: {args.url} listens on this machine only; the attendees' browsers reach the hub (and, "
+                  "through its proxy, their servers on the compute nodes) only at an address such as "
+                  "http://0.0.0.0:8000", file=sys.stderr)
     try:
         config_file = prepare(args.class_list, args.dir, args.url, args.release, args.count or None, args.idle_timeout,
                               not args.no_sandbox, cores_per_attendee=args.cores_per_attendee,
-                              oversubscribe=args.oversubscribe, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
+                              oversubscribe=args.oversubscribe, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key,
+                              slurm=slurm)
     except accounts.ClassListError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,9 @@ lines that call :func:`configure` with that folder. Everything else is decided h
 * each attendee's server: :class:`~packlab.course.hub.server.CourseSpawner`, opening on
   ``mywork/exercises``, with time to start on a busy machine;
 * each server's slice of the cores (``cores_per_attendee``, ``oversubscribe``:
-  :mod:`packlab.course.hub.slices`);
+  :mod:`packlab.course.hub.slices`); or, with ``"spawner": "slurm"``, each server a Slurm
+  job of ``cores_per_attendee`` CPUs and ``slurm.memory`` (:mod:`packlab.course.hub.slurm`),
+  with the hub's API on every address and ``slurm.hub_address`` the one the nodes are told;
 * the proxy: configurable-http-proxy from npm, installed by ``make hub`` into
   ``.tools/chp/`` (:data:`PROXY`), on internal ports of its own; HTTPS when ``hub.json``
   names a certificate and key (``ssl_cert``, ``ssl_key``);
@@ -91,6 +93,16 @@ def configure(c, folder: str | Path) -> None:
     c.CourseSpawner.cores_per_attendee = int(s.get("cores_per_attendee") or slices.DEFAULT_CORES_PER_ATTENDEE)
     c.CourseSpawner.oversubscribe = bool(s.get("oversubscribe", False))
     c.CourseSpawner.sandboxed = bool(s["sandboxed"])
+    if s.get("spawner") == "slurm":
+        # Each server a Slurm job on a compute node (packlab.course.hub.slurm); it must reach the hub's API, so that
+        # listens on every address, and the servers are told the one the nodes reach (hub_address).
+        slurm = s["slurm"]
+        c.JupyterHub.spawner_class = "packlab.course.hub.slurm.SlurmCourseSpawner"
+        c.JupyterHub.hub_bind_url = f"http://0.0.0.0:{s['hub_port']}"
+        c.JupyterHub.hub_connect_url = f"http://{slurm['hub_address']}:{s['hub_port']}"
+        c.SlurmCourseSpawner.partition = slurm.get("partition") or ""
+        c.SlurmCourseSpawner.memory = slurm.get("memory") or ""
+        c.SlurmCourseSpawner.time_limit = slurm.get("time") or ""
     c.Spawner.default_url = "/lab/tree/mywork/exercises"
     c.Spawner.start_timeout = 300  # the first start clones the release; a busy machine starts JupyterLab slowly
     c.Spawner.http_timeout = 180

@@ -168,14 +168,17 @@ class CourseSpawner(SimpleLocalProcessSpawner):
             mounts=mounts, network=True, cwd=self.course, share_course=False,
         )
 
-    def command(self) -> list[str]:
-        """The server's command line: ``taskset -c SLICE`` around the sandbox (or the bare server)."""
+    def server_command(self) -> list[str]:
+        """JupyterLab in the attendee's sandbox (or bare without one): what runs inside the slice or the Slurm job."""
         server = [str(Path(self.environment_prefix) / "bin" / "jupyterhub-singleuser")]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             server.append("--ServerApp.allow_root=True")  # root inside a namespace of its own: no power outside
-        inner = sandbox.command(self.box(), server) if self.sandboxed else server
+        return sandbox.command(self.box(), server) if self.sandboxed else server
+
+    def command(self) -> list[str]:
+        """The server's command line: ``taskset -c SLICE`` around :meth:`server_command`."""
         # The affinity is set before prlimit and bwrap start, and every process they start inherits it.
-        return [shutil.which("taskset") or "taskset", "-c", self.core_slice.cpu_list(), *inner]
+        return [shutil.which("taskset") or "taskset", "-c", self.core_slice.cpu_list(), *self.server_command()]
 
     async def start(self):
         # First the slice: a full hub refuses before cloning anything. NoSliceFree's message is what the
