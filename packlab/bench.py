@@ -17,6 +17,8 @@ Results print as a small table; several results side by side make a
 from __future__ import annotations
 
 import functools
+import os
+import re
 import statistics
 import time
 import traceback
@@ -287,9 +289,22 @@ class Spread:
 
 
 #: Rounds of :func:`interleaved` unless told otherwise: the fewest with which :func:`compare`
-#: can call a 1.3x difference clear most of the time (see its docstring). With more than two
-#: contenders :func:`default_rounds` rounds it up to a whole number of balanced blocks.
+#: can call a 1.3x difference clear most of the time under steady noise (see its docstring).
+#: With more than two contenders :func:`default_rounds` rounds it up to a whole number of
+#: balanced blocks.
 ROUNDS = 6
+#: Rounds of :func:`interleaved` with ``cheap=True``, for work whose round costs a fraction of
+#: a second (microseconds per item). On a shared machine some runs are outliers: a run that
+#: another program interrupts takes several times as long. Six runs each cannot survive one:
+#: :func:`compare` may lose at most 3 of 36 pairs, and one slow run of the faster contender
+#: loses about 5, so a real 1.3x difference is found only when the faster one had no outlier
+#: at all (with one run in six slow, a third of the time). No test that assumes nothing about
+#: the noise does much better with six runs, because no split of twelve runs is rare enough
+#: to be called clear while one of the faster contender's runs sits at the bottom. Twenty
+#: runs each give 400 pairs, of which the rule may lose about a quarter: three or four
+#: outliers then cost a verdict nothing (:mod:`packlab.simulated_runs` measures it, and
+#: ``tests/test_simulated_runs.py`` holds it to at least 80 %).
+CHEAP_ROUNDS = 20
 #: How :func:`interleaved` orders the contenders within each round.
 ORDERS = ("balanced", "shuffled", "fixed")
 
@@ -359,8 +374,20 @@ def round_orders(count: int, rounds: int, order: str = "balanced", seed: int | N
     return orders[:rounds]
 
 
+#: make test's many-cores phases run every notebook as a crash test (every line, with the
+#: workers such a machine starts), not for its verdicts: this variable caps the rounds of every
+#: measurement there (:mod:`packlab.course.testrun`). Never set it where the numbers are read.
+CRASH_TEST_ROUNDS_VAR = "PACKLAB_CRASH_TEST_ROUNDS"
+
+
+def crash_test_rounds(rounds: int) -> int:
+    """``rounds``, or fewer under make test's crash-test cap (``$PACKLAB_CRASH_TEST_ROUNDS``)."""
+    cap = os.environ.get(CRASH_TEST_ROUNDS_VAR, "").strip()
+    return min(rounds, max(1, int(cap))) if cap.isdigit() else rounds
+
+
 def interleaved(runs: dict[str, Callable[[], float]], rounds: int | None = None, order: str = "balanced",
-                seed: int | None = 0) -> dict[str, Spread]:
+                seed: int | None = 0, cheap: bool = False) -> dict[str, Spread]:
     """Call every function of ``runs`` once per round for ``rounds`` rounds, in counterbalanced order: ``{name: Spread}``.
 
     Each function returns one number (images/s, seconds, ...), e.g.
@@ -374,13 +401,28 @@ def interleaved(runs: dict[str, Callable[[], float]], rounds: int | None = None,
     :func:`round_orders`) every contender runs in every position, and after every other
     contender, equally often; a plain random order per round is not enough (chapter 1
     measures both). ``rounds`` defaults to :func:`default_rounds`: six for two or three
-    contenders, enough for :func:`compare` to call a real 1.3x difference clear; with
-    fewer than five runs it can never call anything clear.
+    contenders, enough for :func:`compare` to call a real 1.3x difference clear under steady
+    noise; with fewer than five runs it can never call anything clear. ``cheap=True`` says a
+    round costs a fraction of a second (work timed in microseconds per item): the default
+    then becomes :data:`CHEAP_ROUNDS` (twenty, rounded up to whole balanced blocks), which
+    keeps the verdict's power when a few runs are outliers. An explicit ``rounds`` wins.
+
+    Why more rounds and not a paired test on each round's ratio: pairing helps when a
+    round's runs share their disturbance (a load that shifts between rounds, which the
+    balanced order already spreads evenly). An outlier here is one run taking several
+    times as long, and it spoils its round's ratio completely; a sign test on twenty
+    rounds' ratios may lose only four of them, and a signed-rank test weighs the spoiled
+    ratio most of all, while the rank test over all 400 pairs of runs loses only the pairs
+    the slow run is in. In a simulation of 5 % noise with one run in six three times as
+    long, twenty rounds found a real 1.3x difference about 98 % of the time with the rank
+    test, 88 % with the sign test and 49 % with the signed-rank test.
     """
     names = list(runs)
-    rounds = default_rounds(len(names)) if rounds is None else rounds
+    if rounds is None:
+        rounds = default_rounds(len(names), CHEAP_ROUNDS if cheap else ROUNDS)
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
+    rounds = crash_test_rounds(rounds)
     values: dict[str, list[float]] = {name: [] for name in names}
     for turn in round_orders(len(names), rounds, order, seed):
         for index in turn:
@@ -472,6 +514,135 @@ def chance_of_split(a: Sequence[float], b: Sequence[float]) -> float:
     return erfc(max(distance - 0.5, 0.0) / spread / sqrt(2))
 
 
+@dataclass(frozen=True)
+class RatioInterval:
+    """How many times ``b`` a contender ``a`` is, with the range the true ratio lies in (see :func:`ratio_interval`).
+
+    ``estimate`` is the median of the ratios of all pairs (a run of ``a`` over a run of
+    ``b``); ``low`` and ``high`` bound the true ratio with confidence ``level``. Without
+    enough runs for any interval ``low`` is 0 and ``high`` infinite.
+    """
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+
+    @property
+    def bounded(self) -> bool:
+        return self.low > 0 and self.high < float("inf")
+
+    def excludes_one(self) -> bool:
+        """Whether the interval leaves out "no difference": then the rank test calls the runs split unevenly."""
+        return self.low > 1 or self.high < 1
+
+    def inverted(self) -> RatioInterval:
+        """The same interval for ``b`` against ``a``."""
+        return RatioInterval(1 / self.estimate, 1 / self.high if self.high < float("inf") else 0.0,
+                             1 / self.low if self.low > 0 else float("inf"), self.level)
+
+    def range_text(self) -> str:
+        """``"2.1–3.4x"``, each bound with the decimals that keep it on its own side of 1."""
+        if not self.bounded:
+            return "too few runs for an interval"
+        low, high = ratio_number(self.low), ratio_number(self.high)
+        if low == high and self.low != self.high:  # a narrow interval: enough decimals to show it is one
+            low, high = ratio_number(self.low, 4), ratio_number(self.high, 4)
+        return f"{low}\u2013{high}x"
+
+    def text(self) -> str:
+        """``"2.7x, 2.1–3.4x"``: the estimate, then the interval (the form a bracket in a sentence holds)."""
+        return f"{ratio_number(self.estimate)}x, {self.range_text()}"
+
+    __str__ = text
+
+
+def ratio_number(value: float, decimals: int = 2) -> str:
+    """A ratio with ``decimals`` decimals, or more where they would round it onto 1 (``1.003`` is ``"1.003"``,
+    never ``"1.00"``): printed bounds then sit on the same side of 1 as the numbers they show."""
+    if abs(value) >= 10:  # "400.00x" claims a precision no run has; two significant digits or more
+        decimals = 1 if abs(value) < 100 else 0
+    for decimals in range(decimals, 6):
+        text = f"{value:.{decimals}f}"
+        if value == 1 or float(text) != 1:
+            return text
+    return f"{value:.6f}"
+
+
+def _lost_pairs_bound(n: int, m: int, rate: float) -> int:
+    """The most pairs (of ``n * m``) a contender may lose while the split is still rarer than ``rate``
+    for equal contenders (two-sided); -1 when even a clean sweep is not that rare."""
+    from math import comb, sqrt
+    from statistics import NormalDist
+
+    if n * m > 1600:  # the exact table grows as (n * m) ** 2; beyond 40 runs each the normal law is close
+        z = NormalDist().inv_cdf(1 - rate / 2)
+        return int((n * m / 2 - z * sqrt(n * m * (n + m + 1) / 12)) - 0.5)
+    counts, total = _rank_statistic_counts(n, m), comb(n + m, n)
+    lost, below = -1, 0
+    while 2 * (below + counts[lost + 1]) / total <= rate:
+        lost += 1
+        below += counts[lost]
+    return lost
+
+
+def ratio_interval(a: Spread, b: Spread, level: float | None = None) -> RatioInterval | None:
+    """``a`` against ``b`` as a ratio with its interval (Hodges–Lehmann, with the interval the rank test gives).
+
+    Take every pair of runs, one of ``a`` and one of ``b``, and their ratio: ``len(a) *
+    len(b)`` ratios, the same pairs :func:`rank_statistic` counts. Their median is the
+    estimate, a "typical" ratio that one outlier moves no more than any other run (the
+    Hodges–Lehmann estimator, on logarithms). Sorted, they also give the interval: drop
+    the ``k`` smallest and ``k`` largest ratios, where ``k`` is the most pairs a contender
+    may lose while :func:`compare` still calls the split uneven. So at the default
+    ``level`` (``1 - FALSE_CLEAR_RATE``: 98 %) the interval leaves out 1 exactly when the
+    rank test calls the runs split unevenly (exactly, for runs without ties and up to 40
+    each), and a sentence cannot print "clear" beside an interval that holds 1, or the
+    reverse. The interval assumes what the test assumes
+    (runs that differ by a factor and are otherwise exchangeable), nothing about the shape
+    of the noise. None when a run is not positive or not finite (a ratio then means nothing).
+    """
+    import math
+
+    level = 1 - FALSE_CLEAR_RATE if level is None else level
+    if min(a.low, b.low) <= 0 or not all(math.isfinite(v) for v in (*a, *b)):
+        return None
+    middle, low, high = difference_interval(Spread.of(map(math.log, a)), Spread.of(map(math.log, b)), level)
+    return RatioInterval(math.exp(middle), math.exp(low), math.exp(high), level)
+
+
+def difference_interval(a: Spread, b: Spread, level: float | None = None) -> tuple[float, float, float]:
+    """``(estimate, low, high)`` of how much ``a`` exceeds ``b``, in their units: :func:`ratio_interval` on
+    differences instead of ratios, for quantities that add rather than multiply (accuracy in points).
+    Without enough runs for an interval, ``low`` and ``high`` are infinite."""
+    level = 1 - FALSE_CLEAR_RATE if level is None else level
+    differences = sorted(x - y for x in a for y in b)
+    middle = float(statistics.median(differences))
+    k = _lost_pairs_bound(len(a), len(b), 1 - level)
+    if k < 0:
+        return middle, float("-inf"), float("inf")
+    return middle, differences[k], differences[-k - 1]
+
+
+def interval_note(a: Spread, b: Spread, estimate: bool = True) -> str:
+    """``"1.38x, 1.21–1.60x"``: :func:`ratio_interval` of ``a`` over ``b`` as text, or ``""`` where it means nothing.
+
+    The note a sentence adds to its verdict (``estimate=False``: ``"interval 1.21–1.60x"``, for
+    a sentence that states the ratio of the medians itself): a clear verdict gets the size of its
+    difference and how sure it is, a "no clear difference" how large a difference could
+    still hide in the noise. Where the verdict is not clear although the interval leaves
+    out 1, the difference was real but under :data:`MIN_RATIO`, and the note says so.
+    """
+    interval = ratio_interval(a, b)
+    if interval is None:
+        return ""
+    # ``estimate=False`` for a sentence that already states a ratio (of the medians): one number, not two
+    text = interval.text() if estimate else f"interval {interval.range_text()}"
+    if compare(a, b) == 0 and interval.bounded and interval.excludes_one():
+        text += f", under the {100 * (MIN_RATIO - 1):.0f} % the rule asks"
+    return text
+
+
 def compare(a: Spread, b: Spread) -> int:
     """1 if ``a`` is clearly higher than ``b``, -1 if clearly lower, 0 if the runs cannot tell.
 
@@ -494,6 +665,13 @@ def compare(a: Spread, b: Spread) -> int:
     test needs runs that are exchangeable when nothing differs: :func:`interleaved`
     counterbalances their order for that. The old rule, ranges of three runs that do not
     overlap, called equal contenders different 10 % of the time.
+
+    Six runs have no room for an outlier, though: one run of the faster contender taking
+    three times as long loses about five pairs on its own, so on a shared machine a real
+    difference is often missed. Work cheap enough to repeat runs :data:`CHEAP_ROUNDS`
+    (``interleaved(..., cheap=True)``), and every sentence prints :func:`ratio_interval`
+    beside its verdict, so a "no clear difference" shows how large a difference it could
+    have missed.
     """
     if chance_of_split(a.values, b.values) > FALSE_CLEAR_RATE:
         return 0
@@ -503,19 +681,54 @@ def compare(a: Spread, b: Spread) -> int:
     return 1 if a.median > b.median else -1
 
 
-def verdict(a: Spread, b: Spread, more: str = "more", less: str = "less", same: str = "no clear difference") -> str:
-    """How ``a`` compares with ``b``, in the caller's words: ``same`` unless :func:`compare` calls it clear."""
-    return {1: more, -1: less, 0: same}[compare(a, b)]
+#: What :func:`with_note` adds to a phrase: a bracket holding a ratio's estimate and interval, or the interval alone.
+INTERVAL_NOTE = re.compile(r" \((?:[0-9.]+x, )?(?:[0-9.]+\u2013[0-9.]+x|too few runs for an interval)"
+                           r"(?:, under the \d+ % the rule asks)?\)")
 
 
-def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower") -> str:
-    """``a`` against ``b`` in words, from the medians: ``"1.4 times faster"``, ``"1.2 times slower"``,
-    or ``"no clear difference"`` unless :func:`compare` calls it clear."""
+def without_interval_notes(text: str) -> str:
+    """``text`` with every bracket :func:`with_note` added taken out: the words of the verdicts alone."""
+    return INTERVAL_NOTE.sub("", text)
+
+
+def with_note(phrase: str, note: str) -> str:
+    """``phrase`` with ``note`` in brackets, before the phrase's closing full stop if it has one."""
+    if not note:
+        return phrase
+    if phrase.endswith("."):
+        return f"{phrase[:-1]} ({note})."
+    return f"{phrase} ({note})"
+
+
+def verdict(a: Spread, b: Spread, more: str = "more", less: str = "less", same: str = "no clear difference",
+            interval: bool = False) -> str:
+    """How ``a`` compares with ``b``, in the caller's words: ``same`` unless :func:`compare` calls it clear.
+
+    The bare words by default, because callers also use them as labels (the bottleneck
+    grader's "loader", "consumer" or "unclear"). A sentence passes ``interval=True``: the
+    words then end with ``a ÷ b`` and its interval (:func:`interval_note`), and "clearly
+    slower (1.38x, 1.21–1.60x)" reads as "a took 1.38 times b, somewhere between 1.21 and
+    1.60 times".
+    """
+    words = {1: more, -1: less, 0: same}[compare(a, b)]
+    return with_note(words, interval_note(a, b)) if interval else words
+
+
+def ratio_words(a: Spread, b: Spread, higher: str = "faster", lower: str = "slower", interval: bool = True) -> str:
+    """``a`` against ``b`` in words, from the medians: ``"1.4 times faster (1.21–1.60x)"``, ``"1.2 times slower
+    (…)"``, or ``"no clear difference (0.91–1.20x)"`` unless :func:`compare` calls it clear.
+
+    The bracket holds the interval of the ratio the words state (:func:`ratio_interval`;
+    for "slower", ``b`` over ``a``); ``interval=False`` leaves it out.
+    """
     direction = compare(a, b)
+    span = ratio_interval(a, b) if interval else None
     if direction == 0:
-        return "no clear difference"
+        return with_note("no clear difference", span.range_text() if span else "")
     ratio = a.median / b.median if direction > 0 else b.median / a.median
-    return f"{ratio:.1f} times {higher if direction > 0 else lower}"
+    if span is not None and direction < 0:
+        span = span.inverted()
+    return with_note(f"{ratio:.1f} times {higher if direction > 0 else lower}", span.range_text() if span else "")
 
 
 def ranking(spreads: dict[str, Spread], higher: bool = True) -> list[tuple[str, bool | None]]:

@@ -21,10 +21,11 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 
-from packlab.bench import time_loader, torch_threads
+from packlab.bench import Spread, compare, time_loader, torch_threads
 
 
 def standard_work() -> tuple[Callable, Callable, tuple, torch.dtype]:
@@ -73,11 +74,18 @@ def measure_ceiling(items: Sequence, transform: Callable | None = None, write: C
 
 
 def _decode_share(share: Sequence, barrier, results, transform, write, shape, dtype) -> None:
-    """One process of :func:`measure_parallel_ceiling`: wait for the others, then do its share."""
+    """One process of :func:`measure_parallel_ceiling`: warm up, wait for the others, then do its share."""
     torch.set_num_threads(1)
     if transform is None:
         transform, write, shape, dtype = standard_work()
     buffer_ready = torch.zeros(shape, dtype=dtype) if write is not None else None  # mapped before the clock
+    # A loader's workers are timed from steady state, after their first batch: whatever a process pays on its first
+    # image (a decoder made on first use, lazy imports, first allocations) is outside their clock, so it stays outside
+    # this one too. The first item is done once more inside the clock, so every item counts exactly once.
+    if share:
+        pixels = transform(share[0])
+        if write is not None:
+            write(pixels, buffer_ready[0])
     barrier.wait()
     start = time.monotonic()  # the same clock in every process (CLOCK_MONOTONIC)
     for i, item in enumerate(share):
@@ -95,10 +103,14 @@ def measure_parallel_ceiling(items: Sequence, processes: int, transform: Callabl
     The work is :func:`measure_ceiling`'s (the standard one by default, or ``transform``
     and ``write``): exactly what the loader's workers do per image, from bytes already in
     memory into memory already mapped, and nothing else. Each process takes every
-    ``processes``-th item, all start together (a barrier), and the rate is all items over
-    the time from the first start to the last finish. Nothing crosses a process boundary
-    and nothing is read from a file, so no loader doing the same work with that many
-    workers can beat it: a loader's rate divided by it is what the loader itself costs.
+    ``processes``-th item, does its first item once untimed (a loader's workers are timed
+    after their first batch, :mod:`packlab.steady`), then all start together (a barrier),
+    and the rate is all items over the time from the first start to the last finish.
+    Nothing crosses a process boundary and nothing is read from a file, so no loader doing
+    the same work with that many workers can beat it: a loader's rate divided by it is what
+    the loader itself costs. Give it at least the loader's epoch of items
+    (:func:`shard_items`): a short run is the noisiest row of a comparison, and a ceiling
+    measured low by chance puts a loader above it (:func:`loader_vs_ceiling`).
     """
     import multiprocessing
 
@@ -117,6 +129,87 @@ def measure_parallel_ceiling(items: Sequence, processes: int, transform: Callabl
     return sum(n for _, _, n in spans) / (max(end for _, end, _ in spans) - min(start for start, _, _ in spans))
 
 
+def shard_items(shards: Sequence[str], limit: int | None = None) -> list[tuple[bytes, str]]:
+    """The samples of some shards as ``(jpeg bytes, key)``, at most ``limit``: a crop ceiling's input, in memory.
+
+    Called with the shards a loader reads in an epoch and no ``limit``, it is that loader's
+    epoch of images, the least a ceiling of that loader should run over.
+    """
+    from packlab.preprocess import iter_samples
+
+    items = []
+    for shard in shards:
+        for key, files in iter_samples(shard):
+            if limit is not None and len(items) >= limit:
+                return items
+            items.append((files["jpg"], key))
+    return items
+
+
+def crop_ceiling(items: Sequence, processes: int, decode: Callable, channels_last: bool) -> Callable[[], float]:
+    """A measure (images/s) of the parallel ceiling of a crop pipeline's per-image work on ``items``.
+
+    The work of :class:`packlab.crops.RandomCrops` per sample (the crop of the key, then
+    ``decode``) and the collate's per-image copy into a batch buffer mapped once: N x H x W x C
+    (:func:`~packlab.loaders.batching.write_uint8_hwc`) for ``channels_last``, else N x C x H x W
+    (:func:`~packlab.loaders.batching.write_uint8_chw`). Chapter 11 and ``make bench`` both
+    measure their crop ceilings with it.
+    """
+    from packlab.crops import TRAIN_SIZE, CropWork
+    from packlab.loaders.batching import write_uint8_chw, write_uint8_hwc
+
+    shape = (64, TRAIN_SIZE, TRAIN_SIZE, 3) if channels_last else (64, 3, TRAIN_SIZE, TRAIN_SIZE)
+    write = write_uint8_hwc if channels_last else write_uint8_chw
+    return lambda: measure_parallel_ceiling(items, processes, CropWork(decode), write, shape, torch.uint8)
+
+
+@dataclass(frozen=True)
+class CeilingRatio:
+    """A loader's steady rate against the ceiling of its own work, measured in the same rounds.
+
+    ``medians`` is the ratio of the two medians, as measured; ``verdict`` is
+    :func:`packlab.bench.compare`'s (1: the loader clearly above, -1: clearly below, 0: the
+    runs cannot tell). ``result`` is the ratio the course presents: ``medians`` where it is
+    at most 1, else None, because no loader doing the same work can pass its ceiling: a
+    ratio above 1 measures the noise of the ceiling's runs, not the loader.
+    ``mis_measured`` is True where the loader was *clearly* above its ceiling.
+    """
+
+    medians: float
+    verdict: int
+
+    @property
+    def result(self) -> float | None:
+        return self.medians if self.medians <= 1 else None
+
+    @property
+    def mis_measured(self) -> bool:
+        return self.verdict > 0
+
+    def words(self, loader: str = "the loader") -> str:
+        """The ratio in words, every branch: clearly below, not clearly below, above by chance, mis-measured."""
+        if self.mis_measured:
+            return (f"{loader} measured clearly above its ceiling ({self.medians:.2f} by the medians), which no loader "
+                    "doing the same work can be: the ceiling was mis-measured, and this run gives no ratio")
+        if self.verdict < 0:
+            return f"{loader} reached {self.medians:.2f} of its ceiling, clearly below it"
+        if self.result is None:
+            return (f"{loader} could not be told from its ceiling (its median came out above the ceiling's, "
+                    f"{self.medians:.2f} times it, which only the noise of the runs can give)")
+        return f"{loader} reached {self.medians:.2f} of its ceiling, not clearly below it by the course's rule"
+
+
+def loader_vs_ceiling(loader: Spread, ceiling: Spread) -> CeilingRatio:
+    """A loader's steady rates against its own ceiling's, taken in the same interleaved rounds.
+
+    The one definition of "a loader over its own ceiling" in the course: chapter 11's
+    "All together" and ``make bench``'s ``stored_loader_vs_stored_ceiling`` (and every
+    ``<loader> vs own ceiling``) both come from here, with their ceilings from
+    :func:`crop_ceiling` over the loader's epoch of images (:func:`shard_items`).
+    """
+    return CeilingRatio(loader.median / ceiling.median, compare(loader, ceiling))
+
+
 def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:
     """Seconds per image to fill a batch in fresh shared, fresh private and reused memory.
 
@@ -126,7 +219,7 @@ def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:
     standard 3x256x256 float batch, next to writing into memory that is already mapped,
     private (a thread loader's recycled buffer) or shared (a recycling process loader's).
     The kinds are interleaved ``repeats`` times; ``<kind>_s_per_image`` is the median,
-    ``ranges`` the min and max.
+    ``ranges`` the min and max, ``runs`` every run (for :func:`packlab.bench.compare`).
     """
     from packlab.loaders.recycling import shared_float_tensor
     from packlab.transforms import IMAGE_SIZE
@@ -145,6 +238,7 @@ def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:
                 times[kind].append((time.perf_counter() - start) / batch_size)
     out: dict = {f"{kind}_s_per_image": statistics.median(t) for kind, t in times.items()}
     out["ranges"] = {kind: [min(t), max(t)] for kind, t in times.items()}
+    out["runs"] = times
     return out
 
 

@@ -46,7 +46,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import IterableDataset
 
-from packlab import seeding
+from packlab import sample_seeds
 from packlab.transforms import CorruptImageError
 
 #: The side of the crops a training job feeds its model.
@@ -92,7 +92,7 @@ def sample_seed(seed: int, epoch: int, key: str) -> int:
     its bytes; Python's ``hash()`` of a string changes with ``PYTHONHASHSEED`` from one
     interpreter to the next).
     """
-    return seeding.sample_seed(seed, epoch, seeding.key_number(key))
+    return sample_seeds.sample_seed(seed, epoch, sample_seeds.key_number(key))
 
 
 @functools.lru_cache(maxsize=8)
@@ -220,11 +220,18 @@ def crop_pillow_draft(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: s
     coordinates, with no crop copy in between. Pillow decodes the whole image (at that
     scale): it has no way to decode a window.
     """
+    return _draft_and_resize(data, crop, size, source, draft_gap=1.0, reducing_gap=None)
+
+
+def _draft_and_resize(data: bytes, crop: Crop, size: int, source: str, draft_gap: float | None,
+                      reducing_gap: float | None) -> np.ndarray:
+    """Decode with ``draft`` at the scale that keeps the window ``draft_gap`` times ``size`` (None: no draft),
+    then one bilinear ``resize`` of the window (with ``reducing_gap``, None for a plain resample)."""
     try:
         image = Image.open(io.BytesIO(data))
         full = image.size
         left, top, right, bottom = crop.box(full)
-        scale = draft_scale_for(right - left, bottom - top, size)
+        scale = draft_scale_for((right - left) / draft_gap, (bottom - top) / draft_gap, size) if draft_gap else 1
         if scale > 1:
             image.draft("RGB", (full[0] // scale, full[1] // scale))
         image = image if image.mode == "RGB" else image.convert("RGB")
@@ -233,7 +240,7 @@ def crop_pillow_draft(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: s
         raise _corrupt(source, exc) from None
     sx, sy = image.size[0] / full[0], image.size[1] / full[1]
     box = (left * sx, top * sy, right * sx, bottom * sy)
-    return _finish(image.resize((size, size), Image.BILINEAR, box=box), crop)
+    return _finish(image.resize((size, size), Image.BILINEAR, box=box, reducing_gap=reducing_gap), crop)
 
 
 @functools.lru_cache(maxsize=1)
@@ -299,12 +306,89 @@ def crop_torchvision(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: st
     """
     from packlab.decode import decode_torchvision
 
-    image = decode_torchvision(data, source)
+    return _resize_window(decode_torchvision(data, source), crop, size)
+
+
+def _resize_window(image: torch.Tensor, crop: Crop, size: int) -> np.ndarray:
+    """The crop's window of a channels-first uint8 image (any size: the window is scaled to it), resized in torch.
+
+    The window is copied once into a ``channels_last`` tensor and resized with torch's
+    antialiased bilinear ``interpolate`` on uint8, which writes channels_last output: an
+    interleaved ``size`` x ``size`` x 3 image, mirrored if the crop says so.
+    """
     left, top, right, bottom = (round(v) for v in crop.box((image.shape[2], image.shape[1])))
     window = image[None, :, top:bottom, left:right].contiguous(memory_format=torch.channels_last)
     out = torch.nn.functional.interpolate(window, size=(size, size), mode="bilinear", antialias=True,
                                           align_corners=False)[0].permute(1, 2, 0)
     return (out.flip(1) if crop.flip else out).numpy()
+
+
+#: Pillow's ``reducing_gap`` for :func:`crop_pillow_reduce`: the default of ``Image.thumbnail``.
+REDUCING_GAP = 2.0
+
+
+def crop_pillow_reduce(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>",
+                       reducing_gap: float = REDUCING_GAP, draft: bool = False) -> np.ndarray:
+    """Pillow's two-step shrink: ``resize(..., reducing_gap=g)``, which first shrinks with ``Image.reduce``.
+
+    ``resize`` with ``reducing_gap=g`` first shrinks the window by the whole factor
+    ``int(window / size / g)`` with ``Image.reduce`` (the mean of each factor x factor block
+    of decoded pixels, cheap), so that the bilinear resample after it shrinks by less than
+    ``g``; below ``2 g`` times ``size`` it does nothing. Smaller ``g`` is faster and further
+    from a plain resize; Pillow's documentation calls 3 or more indistinguishable in most cases.
+
+    ``draft=False`` decodes the whole image: ``reduce`` then stands in for ``draft``, in
+    decoded pixels instead of in the DCT. ``draft=True`` is ``Image.thumbnail``'s way:
+    ``draft`` at the DCT scale that keeps the window at least ``g`` times ``size``, then the
+    same ``resize``; after that ``draft`` the window's shorter side is under ``2 g`` times
+    ``size`` (unless 1/8 is not small enough), so ``reduce`` applies at most along the longer
+    side, and the result is mostly a ``draft`` at half the scale of :func:`crop_pillow_draft`,
+    resampled from twice the pixels.
+    """
+    return _draft_and_resize(data, crop, size, source, draft_gap=reducing_gap if draft else None,
+                             reducing_gap=reducing_gap)
+
+
+def crop_pillow_thumbnail_way(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>") -> np.ndarray:
+    """:func:`crop_pillow_reduce` with ``draft=True``: ``draft`` to at least twice the target, as ``Image.thumbnail`` does."""
+    return crop_pillow_reduce(data, crop, size, source, draft=True)
+
+
+def crop_libjpeg_scaled(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>",
+                        fast: bool = False) -> np.ndarray:
+    """libjpeg-turbo's own scaled decode (any M/8, through ``simplejpeg``), then one resize of the window.
+
+    The image is decoded at the smallest of libjpeg-turbo's scales M/8 (M = 1 ... 16) that
+    keeps the *window* at least ``size`` a side, not only at 1/2, 1/4 and 1/8 as Pillow's
+    ``draft``: a window 1.5 times the target can be decoded at 6/8. ``fast`` also asks for
+    libjpeg-turbo's fast integer IDCT and its plain (not "fancy") chroma upsampling, the
+    settings that trade a little accuracy for speed (DALI and FFCV decode with libjpeg-turbo
+    too). PyTurboJPEG makes the same calls (``scaling_factor=``, ``TJFLAG_FASTDCT``,
+    ``TJFLAG_FASTUPSAMPLE``) but needs the system's ``libturbojpeg``; ``simplejpeg`` carries
+    its own libjpeg-turbo in its wheel. The resize is Pillow's ``resize(box=...)`` of the
+    exact window, as in :func:`crop_pillow_draft` and :func:`crop_roi`.
+    """
+    import simplejpeg
+
+    width, height = jpeg_size(data, source)
+    left, top, right, bottom = crop.box((width, height))
+    # The decoded image must be at least size / window of the full image in both directions.
+    min_width = math.ceil(width * size / max(right - left, 1e-9))
+    min_height = math.ceil(height * size / max(bottom - top, 1e-9))
+    try:
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=fast, fastupsample=fast,
+                                        min_width=min(min_width, width), min_height=min(min_height, height))
+    except ValueError as exc:
+        raise _corrupt(source, exc) from None
+    # The window at the decoded scale has fractional edges; Pillow's resize(box=...) reads them exactly, where
+    # rounding them to whole pixels would shift the crop by up to half a pixel of the reduced image.
+    box = crop.box((pixels.shape[1], pixels.shape[0]))
+    return _finish(Image.fromarray(pixels).resize((size, size), Image.BILINEAR, box=box), crop)
+
+
+def crop_libjpeg_scaled_fast(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>") -> np.ndarray:
+    """:func:`crop_libjpeg_scaled` with libjpeg-turbo's fast IDCT and plain chroma upsampling."""
+    return crop_libjpeg_scaled(data, crop, size, source, fast=True)
 
 
 def crop_fast(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<bytes>"):
@@ -325,6 +409,10 @@ def crop_fast(data: bytes, crop: Crop, size: int = TRAIN_SIZE, source: str = "<b
 #: The crop decoders by name, as tables and ``make bench`` call them.
 DECODERS: dict[str, Callable] = {"Pillow, whole image (reference)": crop_reference,
                                  "Pillow draft + crop box": crop_pillow_draft,
+                                 "Pillow reduce + resize (reducing_gap 2)": crop_pillow_reduce,
+                                 "Pillow draft to twice 224 + resize (as thumbnail)": crop_pillow_thumbnail_way,
+                                 "libjpeg-turbo at M/8 (simplejpeg) + resize": crop_libjpeg_scaled,
+                                 "the same, fast IDCT and upsampling": crop_libjpeg_scaled_fast,
                                  "crop-aware (libjpeg-turbo window)": crop_roi,
                                  "torchvision + v2 resize of the window": crop_torchvision,
                                  "ours: draft where the crop allows, else torchvision": crop_fast}

@@ -142,12 +142,17 @@ def end_workers(batches) -> None:
         worker.join(timeout=10)
 
 
+#: What :class:`HangingRead` prints as its worker blocks.
+BLOCKED_MESSAGE = "blocking in a read that never returns"
+
+
 class HangingRead:
     """A transform for tests: worker 0 decodes ``after`` samples, then blocks in a read that never returns.
 
     It stands for a worker stuck on a hung file system or a stalled network read when the
     loop is stopped: it waits in ``os.read`` on a pipe whose other end nobody writes, a
-    system call that SIGTERM's "ignore" leaves waiting.
+    system call that SIGTERM's "ignore" leaves waiting. It says so on stderr first, so that
+    a test can stop the loop once the worker is stuck rather than after a guessed delay.
     """
 
     def __init__(self, transform, after: int):
@@ -161,6 +166,8 @@ class HangingRead:
             self.done += 1
             if self.done > self.after:
                 never, _writer = os.pipe()
+                print(f"{BLOCKED_MESSAGE} (worker 0, pid {os.getpid()}, after {self.after} samples)", file=sys.stderr,
+                      flush=True)
                 os.read(never, 1)
         return self.transform(image_bytes, source)
 

@@ -49,7 +49,6 @@ Two ways make the crops survive a resume too:
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import random
 
@@ -57,7 +56,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from packlab import crops
 from packlab.loaders.tar import SharedEpoch
+# The course's one per-sample seed scheme lives in packlab.sample_seeds (packlab.crops uses it too);
+# chapter 12 teaches it as this module's.
+from packlab.sample_seeds import key_number, sample_generator, sample_seed  # noqa: F401
 
 
 def _torchvision_v2():
@@ -81,59 +84,34 @@ SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 def crop_with_torch(generator: torch.Generator | None = None) -> tuple[int, ...]:
     """``(top, left, height, width, flip)`` as ``RandomResizedCrop`` + ``RandomHorizontalFlip`` would draw them.
 
-    Without ``generator``: from torch's global generator, exactly torchvision's
-    ``RandomResizedCrop.make_params`` draws (it calls ``torch.empty(1).uniform_`` and
-    ``torch.randint``), then the flip's ``torch.rand(1) < 0.5``.
+    Without ``generator``: from torch's global generator, by torchvision's own
+    ``RandomResizedCrop.make_params`` (``torch.empty(1).uniform_`` and ``torch.randint``:
+    ten tries at an area share and an aspect ratio, then the central crop), then the flip's
+    ``torch.rand(1) < 0.5``. With ``generator``: the same steps drawn from it, by
+    :func:`packlab.crops.random_resized_crop`, the draw chapter 11's pipeline makes; on a
+    generator in the same state as torch's global one, both give the same window and flip
+    (``tests/test_seeding.py``). So every source of the seeding table draws its crops from
+    one distribution, torchvision's, and differs only in where the randomness comes from.
     """
     if generator is None:
         crop = _torchvision_v2().RandomResizedCrop(224, scale=SCALE, ratio=RATIO)
         params = crop.make_params([torch.empty(IMAGE_SHAPE)])
         top, left, height, width = params["top"], params["left"], params["height"], params["width"]
         return int(top), int(left), int(height), int(width), int(torch.rand(1) < 0.5)
-    height, width = IMAGE_SHAPE[1:]
-    area = torch.empty(1).uniform_(*SCALE, generator=generator).item() * height * width
-    log_ratio = torch.log(torch.tensor(RATIO))
-    aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=generator)).item()
-    w = min(width, max(1, int(round((area * aspect) ** 0.5))))
-    h = min(height, max(1, int(round((area / aspect) ** 0.5))))
-    top = int(torch.randint(0, height - h + 1, (1,), generator=generator))
-    left = int(torch.randint(0, width - w + 1, (1,), generator=generator))
-    return top, left, h, w, int(torch.rand(1, generator=generator) < 0.5)
+    top, left, height, width = crops.random_resized_crop(IMAGE_SHAPE[2], IMAGE_SHAPE[1], generator, SCALE, RATIO)
+    return top, left, height, width, int(torch.rand(1, generator=generator) < 0.5)
 
 
 def crop_with_numpy(rng: np.random.Generator) -> tuple[int, ...]:
-    """The same kind of draw from a numpy ``Generator`` (as albumentations-style code does)."""
-    height, width = IMAGE_SHAPE[1:]
-    area = rng.uniform(*SCALE) * height * width
-    aspect = float(np.exp(rng.uniform(np.log(RATIO[0]), np.log(RATIO[1]))))
-    w = min(width, max(1, int(round((area * aspect) ** 0.5))))
-    h = min(height, max(1, int(round((area / aspect) ** 0.5))))
-    return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w, int(rng.random() < 0.5)
+    """The crop and flip of one sample, with all of its randomness taken from a numpy ``Generator``.
 
-
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """A 63-bit seed for one sample's randomness, from ``(seed, epoch, index)`` alone (non-negative integers).
-
-    ``numpy.random.SeedSequence`` hashes its entropy words into well-mixed bits, so
-    neighbouring indices or epochs give unrelated seeds; the result is the same in every
-    process, on every machine. For samples named by a string key, use :func:`key_number`.
+    One 63-bit integer drawn from ``rng`` seeds the torch generator that :func:`crop_with_torch`
+    draws from: ``rng`` alone decides (a copy of it in every worker draws the same crops
+    everywhere, which is the bug the table shows), and the window follows torchvision's
+    distribution as the other sources' windows do, without a second implementation of its
+    ten tries.
     """
-    words = np.random.SeedSequence([seed, epoch, index]).generate_state(2, np.uint32)
-    return (int(words[0]) << 32 | int(words[1])) & (2**63 - 1)
-
-
-def key_number(key: str) -> int:
-    """A sample key as a 64-bit integer for :func:`sample_seed`: BLAKE2b of its UTF-8 bytes, the same everywhere.
-
-    Not ``hash(key)``: Python randomises string hashes per process (``PYTHONHASHSEED``), so
-    two ``spawn`` workers, or a run and its resumed run, would disagree.
-    """
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
-
-
-def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
-    """A torch generator for one sample's randomness: pass it to the random transforms' draws."""
-    return torch.Generator().manual_seed(sample_seed(seed, epoch, index))
+    return crop_with_torch(torch.Generator().manual_seed(int(rng.integers(2**63))))
 
 
 class AugmentationDraws(Dataset):
@@ -152,7 +130,7 @@ class AugmentationDraws(Dataset):
       Python's and numpy's) the dataset saves in ``state_dict()``
       (:class:`GeneratorStateDraws`). It draws from the same global generator as
       ``"torch global"``, but through :func:`crop_with_torch` with ``torch.default_generator``
-      (the global generator itself), the same kind of draw computed without torchvision, so
+      (the global generator itself): the same draws, computed without torchvision, so
       that its workers need not import torchvision (seconds each under ``spawn``).
     """
 

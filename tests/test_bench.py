@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from packlab import bench
 from packlab.bench import (
     BenchResult,
     BenchTable,
@@ -241,13 +242,49 @@ def test_compare_calls_a_difference_clear_only_when_the_runs_are_split_unevenly_
     assert compare(Spread.of([4.5, 5.5, 6.5, 8, 9, 10]), Spread.of([1, 2, 3, 4, 5, 7])) == 0
     # a consistent difference below 5 % is not called clear
     assert compare(Spread.of([103, 103.1, 103.2, 103.3, 103.4, 103.5]), Spread.of([100, 100.1, 100.2, 100.3, 100.4, 100.5])) == 0
-    assert ratio_words(Spread.of([30, 31, 32, 33, 34, 35]), Spread.of([10, 11, 12, 13, 14, 15])) == "2.6 times faster"
+    assert ratio_words(Spread.of([30, 31, 32, 33, 34, 35]), Spread.of([10, 11, 12, 13, 14, 15])) == \
+        "2.6 times faster (2.14–3.20x)"
     assert ratio_words(Spread.of([10, 11, 12, 13, 14, 15]), Spread.of([30, 31, 32, 33, 34, 35]), "larger", "smaller") == \
-        "2.6 times smaller"
-    assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
+        "2.6 times smaller (2.14–3.20x)"
+    assert ratio_words(Spread.of([30, 31, 32, 33, 34, 35]), Spread.of([10, 11, 12, 13, 14, 15]), interval=False) == \
+        "2.6 times faster"
+    assert ratio_words(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference (too few runs for an interval)"
+    # bare words by default: the bottleneck grader uses them as labels
     assert verdict(high, low, "faster", "slower") == "faster"
     assert verdict(low, high, "faster", "slower") == "slower"
     assert verdict(Spread.of([1, 5, 9]), Spread.of([4, 6, 8])) == "no clear difference"
+    assert verdict(high, low, "faster", "slower", interval=True).startswith("faster (")
+    # a whole sentence keeps its full stop after the bracket
+    assert verdict(high, low, "Clearly faster.", "Slower.", interval=True) == \
+        f"Clearly faster ({bench.interval_note(high, low)})."
+
+
+def test_the_interval_leaves_out_one_exactly_when_the_rank_test_calls_the_split_uneven():
+    """The interval is read off the same pairs as the test, so a sentence cannot print "clear" beside an interval
+    that holds 1: checked on random runs of 5, 6, 10 and 20 each, near the rule's edge."""
+    import numpy as np
+
+    from packlab.bench import FALSE_CLEAR_RATE, chance_of_split, ratio_interval
+
+    rng = np.random.default_rng(7)
+    uneven_seen = even_seen = 0
+    for n in (5, 6, 10, 20):
+        for _ in range(150):
+            a, b = Spread.of(rng.lognormal(0.25, 0.2, n)), Spread.of(rng.lognormal(0.0, 0.2, n))
+            uneven = chance_of_split(a.values, b.values) <= FALSE_CLEAR_RATE
+            interval = ratio_interval(a, b)
+            assert interval.excludes_one() == uneven, (n, a, b, interval)
+            assert interval.low <= interval.estimate <= interval.high
+            uneven_seen += uneven
+            even_seen += not uneven
+    assert uneven_seen > 50 and even_seen > 50, "both outcomes were tried"
+    # four runs each: no split is rare enough, so there is no interval either
+    assert not ratio_interval(Spread.of([5, 6, 7, 8]), Spread.of([1, 2, 3, 4])).bounded
+    assert ratio_interval(Spread.of([1, 2]), Spread.of([0, 1])) is None  # a ratio to zero means nothing
+    # printed bounds keep their side of 1, and the estimate is the median of the pairs' ratios
+    assert bench.ratio_number(1.003) == "1.003" and bench.ratio_number(0.9991) == "0.999"
+    assert bench.ratio_number(1.0) == "1.00" and bench.ratio_number(1.4649) == "1.46"
+    assert ratio_interval(Spread.of([2, 4]), Spread.of([1, 2])).estimate == pytest.approx(2.0)
 
 
 def test_chance_of_split_is_the_exact_rank_test_with_and_without_ties():

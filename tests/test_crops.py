@@ -235,3 +235,54 @@ def test_the_crops_per_sample_seed_is_the_courses_one_seed_scheme():
 
     for seed, epoch, key in [(0, 0, "000000"), (7, 2, "000123"), (1, 5, "n01440764_10026")]:
         assert crops.sample_seed(seed, epoch, key) == seeding.sample_seed(seed, epoch, seeding.key_number(key))
+
+
+def _large_jpeg() -> bytes:
+    """A 1,300 x 1,200 JPEG with detail at a photograph's scale (random noise would alias at any reduced scale)."""
+    big = io.BytesIO()
+    small = Image.fromarray(np.random.default_rng(1).integers(0, 256, (120, 130, 3), dtype=np.uint8))
+    small.resize((1300, 1200), Image.BICUBIC).save(big, "JPEG", quality=90)
+    return big.getvalue()
+
+
+def test_libjpeg_turbos_scaled_decode_takes_the_smallest_m_8_scale_the_window_allows(monkeypatch):
+    import simplejpeg
+
+    seen = []
+    decode_jpeg = simplejpeg.decode_jpeg
+
+    def watched(*args, **kwargs):
+        out = decode_jpeg(*args, **kwargs)
+        seen.append(out.shape[:2])
+        return out
+
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", watched)
+    blob = _large_jpeg()
+    crop = crops.Crop(100, 100, 600, 650, False, (1300, 1200))  # 650 x 600: at least 224 a side down to 3/8
+    for decoder in (crops.crop_libjpeg_scaled, crops.crop_libjpeg_scaled_fast):
+        out = decoder(blob, crop)
+        assert out.shape == (224, 224, 3)
+        assert decode.psnr(out, crops.crop_reference(blob, crop)) > 25
+    # 3/8 of 1200 x 1300 is 450 x 488: the window is then 225 x 244, the smallest scale that keeps it >= 224.
+    assert seen == [(450, 488), (450, 488)]
+
+
+def test_pillows_two_step_shrink_reduces_a_large_window_and_leaves_a_small_one_alone(monkeypatch):
+    factors = []
+    reduce = Image.Image.reduce
+
+    def watched(image, factor, box=None):
+        factors.append(factor)
+        return reduce(image, factor, box)
+
+    monkeypatch.setattr(Image.Image, "reduce", watched)
+    blob = _large_jpeg()
+    large = crops.Crop(0, 0, 1200, 1200, False, (1300, 1200))
+    out = crops.crop_pillow_reduce(blob, large)
+    assert factors == [(2, 2)], "a window of 1,200 is first averaged in blocks of 2 x 2 (1200 / 224 / 2 = 2.7)"
+    assert decode.psnr(out, crops.crop_reference(blob, large)) > 25
+    factors.clear()
+    crops.crop_pillow_thumbnail_way(blob, large)  # draft at 1/2 leaves a window of 600: nothing for reduce
+    assert not factors
+    small = crops.Crop(0, 0, 300, 300, True, (1300, 1200))
+    assert np.array_equal(crops.crop_pillow_reduce(blob, small), crops.crop_pillow_draft(blob, small))  # no scale, no reduce

@@ -553,15 +553,17 @@ def test_ranking_sentences_read_correctly_whatever_the_verdicts():
     clear = {"zip": [200 + i for i in range(6)], "tar": [100 + i for i in range(6)], "npz": [187 + i for i in range(6)]}
     sentence = ch09.ranking_sentence(clear, "Sequential reads, warm")
     # Each factor is against the neighbour above: tar against npz (1.8x), not against zip (2.0x).
-    assert sentence == ("Sequential reads, warm, fastest first: zip 202 samples/s; npz 190, 1.07× slower than zip; "
-                        "tar 102, 1.8× slower than npz.")
+    # Each step carries the interval of its own factor (issue 42).
+    assert sentence == ("Sequential reads, warm, fastest first: zip 202 samples/s; npz 190, 1.07× slower than zip "
+                        "(1.05–1.09x); tar 102, 1.8× slower than npz (1.80–1.90x).")
     writing = ch09.ranking_sentence({"a": [1.0] * 6, "b": [2.0 + i / 100 for i in range(6)]}, "Writing", unit="s",
                                     highest=False, digits=2)
-    assert writing == "Writing, quickest first: a 1.00 s; b 2.02, 2.0× longer than a."
-    assert ch09.standing(clear, "zip") == "the fastest of 3, clearly ahead of npz, the next (1.07×)"
-    assert ch09.standing(clear, "tar") == "third of 3, 1.8× slower than npz, the next faster"
-    assert ch09.standing(same, "zip") == "third of 3, no clear difference from folder, the next faster"
-    assert ch09.standing(same, "lmdb") == "the fastest of 3, not clearly ahead of folder, the next"
+    assert writing == "Writing, quickest first: a 1.00 s; b 2.02, 2.0× longer than a (2.00–2.05x)."
+    assert ch09.standing(clear, "zip") == "the fastest of 3, clearly ahead of npz, the next (1.07×, 1.05–1.09x)"
+    assert ch09.standing(clear, "tar") == "third of 3, 1.8× slower than npz, the next faster (1.80–1.90x)"
+    # A step the runs cannot call clear still shows how large a difference could hide in them.
+    assert ch09.standing(same, "zip") == "third of 3, no clear difference from folder, the next faster (0.97–1.03x)"
+    assert ch09.standing(same, "lmdb") == "the fastest of 3, not clearly ahead of folder, the next (0.97–1.03x)"
 
 
 def _results(cold: dict, warm: dict, resident: dict | None = None) -> dict:
@@ -582,7 +584,7 @@ def test_no_cold_verdict_where_the_cold_reads_were_not_clearly_colder():
                        warm={"folder": six(3000), "zip": six(3000), "lmdb": six(5000), "npz": six(600)})
     sentence = ch09.cold_sentence(results, "random")
     ranked, rest = sentence.split(". ", 1)
-    assert ranked == "Random reads, cold, fastest first: folder 302 samples/s; zip 152, 2.0× slower than folder"
+    assert ranked == "Random reads, cold, fastest first: folder 302 samples/s; zip 152, 2.0× slower than folder (1.95–2.02x)"
     assert "lmdb" not in ranked and "npz" not in ranked  # no verdict on a cold figure as fast as the warm one
     assert "For lmdb the cold read was not colder than the warm one here (lmdb 6,002 cold against 5,002 warm" in rest
     assert "host" in rest and "SSD" in rest
@@ -606,3 +608,20 @@ def test_the_residency_sentence_speaks_of_each_layout():
     assert "folder 1.00×, tar 5.0×, lmdb 1.00×" in text and "8,192 KiB" in text
     resident["tar"]["after dropping"] = 0.3
     assert "tar still had 30% of its pages cached, so its cold figure is partly warm" in ch09.residency_text(results)
+
+
+
+def test_the_npz_verdict_names_the_zip_and_carries_its_interval():
+    from packlab.course.narration import ch09
+
+    def results(npz: list[float]) -> dict:
+        six = [100.0 + i for i in range(6)]
+        layouts = {name: {"rates": {access: {"warm": npz if name == "npz" else six, "network model": six}
+                                    for access in ("random", "sequential")}}
+                   for name in ("npz", "zip", "parquet", "lmdb", "hdf5", "tar", "folder")}
+        return {"layouts": layouts}
+
+    same = ch09.fit_figures(results([100.5 + i for i in range(6)]))["npz_vs_zip"]
+    assert same.startswith("not clearly different from chapter 2's plain zip of the same JPEGs (") and "\u2013" in same
+    faster = ch09.fit_figures(results([150.0 + i for i in range(6)]))["npz_vs_zip"]
+    assert faster.startswith("clearly faster than chapter 2's plain zip of the same JPEGs (1.49x, ")

@@ -9,7 +9,9 @@ the course shares the epoch), not one per worker; before it has read anything it
 "nothing delivered" although it was loaded with a state; it keeps no epoch in its state,
 so a state of epoch 0 is applied to epoch 1; it keeps the epoch as a plain attribute,
 which persistent workers never see change; it applies a loaded state on every pass, not
-once; it lets SIGTERM kill its DataLoader workers. A correct reader written differently
+once; it lets SIGTERM kill its DataLoader workers; it ignores SIGTERM only from ``__iter__``
+on, or from its ``worker_init_fn`` on without starting the workers with the signals blocked,
+so that a signal while a ``spawn`` worker starts kills it. A correct reader written differently
 from the solution (it saves where each buffered sample came from and the generator's
 state, instead of replaying) passes every part. The solution and the untouched stub are
 checked by tests/test_exercises.py (full marks, and zero).
@@ -24,13 +26,14 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from packlab import preemption
 from packlab.course.grading import check
 from packlab.loaders.tar import SharedEpoch, iter_shard_samples
 from packlab.transforms import standard_transform
 from grading_support import SharedEpochReader
 
 PARTS = {"sample_granularity", "buffer", "same_order", "one_batch_per_run", "killed_fork", "killed_spawn",
-         "two_epochs", "other_epoch", "sigterm_group"}
+         "two_epochs", "other_epoch", "sigterm_group", "sigterm_startup"}
 
 
 def failed_parts(candidate, parts: set[str] = PARTS) -> set[str]:
@@ -50,12 +53,16 @@ class _Base(SharedEpochReader, IterableDataset):
         self.position, self.saved = None, None
         self.shared_epoch = SharedEpoch()
 
+    worker_init_fn = staticmethod(preemption.ignore_stop_signals)
+
+    @staticmethod
+    def start(loader):
+        with preemption.stop_signals_held():
+            return iter(loader)
+
     @staticmethod
     def place():
         info = get_worker_info()
-        if info is not None:
-            for number in (signal.SIGTERM, signal.SIGUSR1):
-                signal.signal(number, signal.SIG_IGN)
         return (info.id, info.num_workers) if info is not None else (0, 1)
 
     def item(self, sample):
@@ -293,9 +300,30 @@ class SigtermDyingReader(_Replaying):
     """Correct in every other way, but its DataLoader workers keep torch's SIGTERM handler: a signal to the group kills them."""
 
     @staticmethod
+    def worker_init_fn(worker_id):
+        pass
+
+    @staticmethod
+    def start(loader):
+        return iter(loader)
+
+
+class IgnoringInIterReader(SigtermDyingReader):
+    """Ignores SIGTERM from its first __iter__ on (exercise 11's earlier solution): exposed while a worker starts."""
+
+    @staticmethod
     def place():
         info = get_worker_info()
+        if info is not None:
+            for number in (signal.SIGTERM, signal.SIGUSR1):
+                signal.signal(number, signal.SIG_IGN)
         return (info.id, info.num_workers) if info is not None else (0, 1)
+
+
+class UnblockedStartReader(SigtermDyingReader):
+    """Ignores SIGTERM from its worker_init_fn on, but starts the workers with the signals deliverable."""
+
+    worker_init_fn = staticmethod(preemption.ignore_stop_signals)
 
 
 WRONG = {
@@ -307,7 +335,9 @@ WRONG = {
     "no epoch in the state": (EpochlessStateReader, {"other_epoch"}),
     "a plain-attribute epoch": (PlainEpochReader, {"two_epochs"}),
     "a loaded state for every pass": (EveryPassResumingReader, {"two_epochs"}),
-    "SIGTERM kills the workers": (SigtermDyingReader, {"sigterm_group"}),
+    "SIGTERM kills the workers": (SigtermDyingReader, {"sigterm_group", "sigterm_startup"}),
+    "ignores SIGTERM only in __iter__": (IgnoringInIterReader, {"sigterm_startup"}),
+    "no block while the workers start": (UnblockedStartReader, {"sigterm_startup"}),
 }
 
 
@@ -319,9 +349,11 @@ WRONG = {
 def test_each_wrong_reader_fails_the_part_that_names_its_mistake(name):
     """Every part but the spawn one: a new interpreter per worker, the check's slowest part by far, and the
     only one no wrong reader here fails alone (the shared count fails it too, when its workers' reads
-    interleave, as they do under fork). The correct reader below runs every part."""
+    interleave, as they do under fork); the spawn start-up part only where the mistake is about it.
+    The correct reader below runs every part."""
     candidate, mistakes = WRONG[name]
-    assert failed_parts(candidate, PARTS - {"killed_spawn"}) == mistakes
+    skipped = {"killed_spawn"} | ({"sigterm_startup"} - mistakes)
+    assert failed_parts(candidate, PARTS - skipped) == mistakes
 
 
 class RefillingReader(_Referencing):

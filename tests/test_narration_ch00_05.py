@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from packlab.bench import Spread, compare
+from packlab.bench import INTERVAL_NOTE, Spread, compare, without_interval_notes
 from packlab.course.narration import ch00, ch01, ch02, ch03, ch04, ch05
 
 BASE = Spread.of([100.0, 101.0, 102.0, 103.0, 104.0, 105.0])
@@ -51,7 +51,7 @@ TWO_SPREAD_HELPERS = [
     ("ch01.order_verdict", lambda a: (a, BASE), ch01.order_verdict),
     ("ch01.pil_sentence", lambda a: (a, BASE, 3.0), ch01.pil_sentence),
     ("ch01.threads_sentence", lambda a: (a, BASE), ch01.threads_sentence),
-    ("ch02.than", lambda a: (a, BASE), ch02.than),
+    ("ch02.than", lambda a: (a, BASE, "the file"), ch02.than),
     ("ch02.rate_verdict", lambda a: (a, BASE), ch02.rate_verdict),
     ("ch02.deflate_sentence", lambda a: (a, BASE), ch02.deflate_sentence),
     ("ch02.raw_readers_sentence", lambda a: (a, BASE, 60.0, 40.0), ch02.raw_readers_sentence),
@@ -63,7 +63,7 @@ TWO_SPREAD_HELPERS = [
     ("ch03.lock_cache_sentence", lambda a: (a, BASE, "30"), ch03.lock_cache_sentence),
     ("ch03.lock_model_sentence", lambda a: (a, BASE, 1.5, 2), ch03.lock_model_sentence),
     ("ch03.reopen_verdict", lambda a: (a, BASE), ch03.reopen_verdict),
-    ("ch03.than", lambda a: (a, BASE), ch03.than),
+    ("ch03.than", lambda a: (a, BASE, "the handles"), ch03.than),
     ("ch04.gain_verdict", lambda a: (a, BASE), ch04.gain_verdict),
     ("ch04.beyond_cores_sentence", lambda a: (BASE, a, 2, 4), ch04.beyond_cores_sentence),
     ("ch04.persistence_saving", lambda a: (BASE, a), ch04.persistence_saving),
@@ -77,6 +77,8 @@ def test_a_sentence_claims_a_clear_difference_exactly_when_compare_does(name, ar
     texts = {case: helper(*arguments(spread)) for case, spread in CASES.items()}
     for case, text in texts.items():
         well_formed(text)
+        # every printed verdict has its interval (issue 42); an explanation follows a verdict that carried it
+        assert name in EXPLANATIONS or INTERVAL_NOTE.search(text) or "–" in text, f"{name}, {case}: {text!r}"
         if case == "same":
             assert not claims_clear(text), f"{name} claims a clear difference where compare sees none: {text!r}"
         else:
@@ -105,14 +107,22 @@ def test_cold_zip_sentence_names_the_levels_where_zipfile_was_slower():
     assert "not clearly different" in ch02.cold_zip_sentence([])
     text = ch02.cold_zip_sentence(["data pages", "all caches"])
     assert text.startswith("With data pages dropped and with all caches dropped, `ZipFile.read` was clearly slower")
+    noted = ch02.cold_zip_sentence(["data pages"], {"data pages": "1.40x, 1.21–1.60x", "all caches": "1.02x, 0.9–1.1x"})
+    assert noted.startswith("With data pages dropped (1.40x, 1.21–1.60x), `ZipFile.read` was clearly slower"), noted
+    assert ch02.cold_zip_sentence([], {"data pages": "1.02x, 0.90–1.10x"}) == (
+        "Cold, `ZipFile.read` and one `pread` of the same member were not clearly different here "
+        "(`ZipFile.read` ÷ `pread`, data pages dropped: 1.02x, 0.90–1.10x).")
 
 
 def test_layout_verdict_names_only_the_pairs_compare_tells_apart():
-    assert ch05.layout_verdict({"a": BASE, "b": SAME, "c": SAME}) == (
-        "by the course's rule no clear difference between any two of the layouts")
+    interval = r"[0-9.]+x, [0-9.]+\u2013[0-9.]+x"
+    assert re.fullmatch(rf"by the course's rule no clear difference between any two of the layouts "
+                        rf"\(a ÷ b {interval}; a ÷ c {interval}; b ÷ c {interval}\)",
+                        ch05.layout_verdict({"a": BASE, "b": SAME, "c": SAME}))
     text = ch05.layout_verdict({"folder": BASE, "zip": SAME, "tar": HIGHER})
-    assert text == ("folder 1.5 times slower than tar; zip 1.5 times slower than tar "
-                    "(the other pairs: no clear difference)")
+    assert re.fullmatch(rf"folder 1.5 times slower than tar; zip 1.5 times slower than tar "
+                        rf"\(the other pairs: no clear difference; folder ÷ zip {interval}\)",
+                        without_interval_notes(text)), text
 
 
 def test_chapter_3_explains_the_workers_result_whichever_way_it_falls():
@@ -171,7 +181,8 @@ def test_the_position_sentences_follow_the_verdicts():
     clear = {"A": LOWER, "B": BASE}
     same = {"A": SAME, "B": BASE}
     text = ch01.position_sentence(clear, same)
-    assert "called A clearly slower, although both are one loader" in text and "saw no clear difference" in text
+    assert "called A clearly slower (A ÷ B 0.67x, 0.65–0.69x), although both are one loader" in text
+    assert "saw no clear difference (A ÷ B " in text
     rates = {order: {0.0: {"equal called different": 0.015, "1.3x found": 0.9},
                      0.15: {"equal called different": false, "1.3x found": 0.7}}
              for order, false in (("fixed", 0.34), ("shuffled", 0.036), ("balanced", 0.002))}
@@ -182,11 +193,27 @@ def test_the_position_sentences_follow_the_verdicts():
     assert "above the bound" in ch01.position_simulation_sentence(rates, 0.02)
 
 
+def test_the_outlier_sentence_reports_both_round_counts_and_the_bound():
+    rates = {"6 rounds": {"equal called different": 0.007, "1.3x found": 0.34, "interval held the ratio": 0.982},
+             "20 rounds": {"equal called different": 0.011, "1.3x found": 0.97, "interval held the ratio": 0.978}}
+    text = ch01.outlier_sentence(rates, 0.02, 2000)
+    assert text.startswith("At 6 rounds a real 1.3-fold difference was found in 34 % of 2,000 comparisons, at 20 "
+                           "rounds in 97 %"), text
+    assert "0.7 % at 6 rounds and 1.1 % at 20 rounds: within the 2 % bound" in text and "98.2 % and 97.8 %" in text
+    assert "(about ±0.6 points)" in text
+    rates["6 rounds"]["equal called different"] = 0.021  # within two standard errors of 2 % over 2,000
+    assert "within the 2 % bound" in ch01.outlier_sentence(rates, 0.02, 2000)
+    rates["6 rounds"]["equal called different"] = 0.03
+    assert "beyond the 2 % bound" in ch01.outlier_sentence(rates, 0.02, 2000)
+
+
 def test_the_multiplicity_sentence_counts_the_verdicts_the_chapters_draw():
     from packlab import paths
 
     sites = ch01.verdict_sites(paths.repo_root())
     assert sites["01_jpeg_files.md"] >= 5 and sum(sites.values()) >= 50
+    # chapter 12's test of mixing against random permutations is a verdict too (review B9)
+    assert sites["12_training_grade_loading.md"] >= 1
     text = ch01.multiplicity_sentence({"a.md": 30, "b.md": 20}, 0.02)
     assert "at 50 places" in text and "about 1.0 false" in text and '"' not in text
 

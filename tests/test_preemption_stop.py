@@ -47,6 +47,7 @@ def test_a_stop_with_a_worker_blocked_in_a_read_exits_with_status_3(shards, tmp_
                         f"kept it alive)")
         seconds = time.monotonic() - sent
     print(f"{method}: status {process.returncode}, {seconds:.1f} s after SIGTERM")
+    assert preemption.BLOCKED_MESSAGE in output, output  # the stop did meet a worker blocked in its read
     assert process.returncode == preemption.STOPPED_EXIT_CODE, output
     assert "killed by signal" not in output and "Traceback" not in output, output
     saved = torch.load(checkpoint, weights_only=True)

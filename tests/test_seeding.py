@@ -80,3 +80,50 @@ def test_sample_seeds_are_stable_and_spread():
     seeds = {seeding.sample_seed(seed, epoch, index) for seed in range(3) for epoch in range(3) for index in range(50)}
     assert len(seeds) == 3 * 3 * 50
     assert seeding.key_number("n01440764_10026") == seeding.key_number("n01440764_10026")
+
+
+def _first_try_misses(seed: int) -> bool:
+    """Whether the first of RandomResizedCrop's ten tries on seed ``seed`` gives a window larger than the image.
+
+    The same two draws as torchvision's first try (area share, then log aspect ratio), repeated
+    here only to pick seeds that need a second try, where a draw that clamps the window
+    instead of trying again gives another crop.
+    """
+    import math
+
+    import torch
+
+    _, height, width = seeding.IMAGE_SHAPE
+    generator = torch.Generator().manual_seed(seed)
+    area = height * width * torch.empty(1).uniform_(*seeding.SCALE, generator=generator).item()
+    low, high = math.log(seeding.RATIO[0]), math.log(seeding.RATIO[1])
+    aspect = math.exp(torch.empty(1).uniform_(low, high, generator=generator).item())
+    return round(math.sqrt(area * aspect)) > width or round(math.sqrt(area / aspect)) > height
+
+
+def test_a_draw_from_a_generator_is_torchvision_s_draw_from_the_same_state():
+    """The per-sample source's crop and flip equal torchvision's RandomResizedCrop + flip on torch's global generator.
+
+    Over 300 seeds, those whose first try misses (a window larger than the image) included:
+    a draw that clamps the window into the image, the demo's old way, fails there.
+    """
+    import torch
+
+    seeds = range(300)
+    retried = [seed for seed in seeds if _first_try_misses(seed)]
+    assert len(retried) >= 10, "too few seeds that need a second try for the comparison to test the retries"
+    for seed in seeds:
+        torch.manual_seed(seed)
+        theirs = seeding.crop_with_torch()  # torchvision's make_params, then the flip, on the global generator
+        ours = seeding.crop_with_torch(torch.Generator().manual_seed(seed))
+        assert ours == theirs, (seed, seed in retried)
+
+
+def test_numpy_sources_draw_torchvision_s_window_seeded_by_the_numpy_generator():
+    import numpy as np
+    import torch
+
+    rng, copy = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(20):
+        seed = int(copy.integers(2**63))
+        assert seeding.crop_with_numpy(rng) == seeding.crop_with_torch(torch.Generator().manual_seed(seed))

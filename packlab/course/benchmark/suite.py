@@ -29,6 +29,7 @@ import torch
 from packlab.bench import torch_threads
 from packlab.ceiling import (
     batch_memory_seconds,
+    loader_vs_ceiling,
     measure_ceiling,
     measure_parallel_ceiling,
     timed_epoch,
@@ -40,10 +41,12 @@ from packlab.course.benchmark.training import (
     ROUNDS,
     TRAINING_FORM_ARGS,
     KeyRecorder,
+    ceiling_goal_verdict,
     crops_section,
     format_crops,
     goal_verdict,
     head_to_head,
+    ratio_text,
     storage_rows,
     verdict_words,
 )
@@ -159,9 +162,9 @@ def _verdict_headline(factories: dict, ours: str, peer: str | None, ceiling_name
         loaders[peer] = factories[peer][1](cores)
     measured = head_to_head(loaders, {ceiling_name: ceiling}, cores, manifest, rounds=ROUNDS, log=log)
     spreads = measured["spreads"]
+    own = loader_vs_ceiling(spreads[ours], spreads[ceiling_name])
     out = {"rows": measured["rows"], "rounds": ROUNDS, "ours": ours, "peer": peer, "ceiling": ceiling_name,
-           "ours_vs_own_ceiling": spreads[ours].median / spreads[ceiling_name].median,
-           "ours_vs_own_ceiling_verdict": verdict_words(spreads[ours], spreads[ceiling_name], ours, "its ceiling")}
+           "ours_vs_own_ceiling": own.result, "ours_vs_own_ceiling_verdict": own.words(ours)}
     if peer is not None:
         out["ours_vs_peer"] = spreads[ours].median / spreads[peer].median
         out["ours_vs_peer_verdict"] = verdict_words(spreads[ours], spreads[peer], ours, peer)
@@ -381,8 +384,7 @@ def run_benchmark(
             log("re-encoding the shards at a maximum side of 320 px, aspect kept, for the training crops (once)")
             train_stored = [str(p) for p in _stored_shards(root, shards, TRAINING_FORM_ARGS)]
             results["training_crops"] = crops_section(root, shards, train_stored, manifest, cores,
-                                                      share=1.0 if quick else 0.5, batch_size=batch_size,
-                                                      ceiling_images=min(ceiling_images, 1000), log=log)
+                                                      share=1.0 if quick else 0.5, batch_size=batch_size, log=log)
             results["training_crops"]["stored"] = _stored_facts(root, shards, train_stored, manifest,
                                                                 TRAINING_FORM_ARGS)
             log("stored forms: bytes, decode cost of a 224 crop on one core, pixel error of the same crops")
@@ -435,7 +437,7 @@ def _headlines(rows: list[dict], factories: dict, encoded, stored, manifest, cor
         out["peers"] = _verdict_headline(factories, ours, peer, "ceiling: standard work", ceiling, manifest, cores, log)
     stored_ours, stored_peer = best(STORED_OURS), best(STORED_PEER)
     if stored is not None and stored_ours is not None:
-        from packlab.course.benchmark.training import shard_items
+        from packlab.ceiling import shard_items
         from packlab.decode import stored_decode_hwc
         from packlab.transforms import IMAGE_SIZE, to_tensor
 
@@ -459,7 +461,7 @@ def _goals(results: dict, parallel_ceiling: float) -> dict:
     peers = results.get("headlines", {}).get("peers")
     if peers is not None:
         spreads, ours, peer = peers["spreads"], peers["ours"], peers["peer"]
-        goal = goal_verdict(spreads[ours], spreads[peers["ceiling"]], GOALS["best_vs_ceiling"])
+        goal = ceiling_goal_verdict(spreads[ours], spreads[peers["ceiling"]], GOALS["best_vs_ceiling"])
         out["best_vs_ceiling"] = goal["measured"]
         out["goals"]["best_vs_ceiling"] = {**goal, "ours": ours, "rounds": ROUNDS,
                                            "limit": None if goal["reached"] else rows[ours]["where_the_time_goes"]}
@@ -586,7 +588,7 @@ def format_benchmark(results: dict) -> str:
             first = f", first batch {row['first_batch_seconds']:.2f} s" if "first_batch_seconds" in row else ""
             lines.append(f"  {name:40s} {row['median_images_per_s']:7.0f} ({row['min_images_per_s']:.0f}-"
                          f"{row['max_images_per_s']:.0f}){first}" + (f"; audit {row['audit']}" if "audit" in row else ""))
-        lines.append(f"  {head['ours']} vs its own ceiling = {head['ours_vs_own_ceiling']:.2f}: "
+        lines.append(f"  {head['ours']} vs its own ceiling = {ratio_text(head['ours_vs_own_ceiling'])}: "
                      f"{head['ours_vs_own_ceiling_verdict']}")
         if head.get("peer") is not None:
             lines.append(f"  ours vs peer = {head['ours_vs_peer']:.2f}: {head['ours_vs_peer_verdict']}")
@@ -605,7 +607,7 @@ def format_benchmark(results: dict) -> str:
             lines.append(f"  {name:42s} {row['median_us']:6.0f} µs, {row['kb_per_image']:6.1f} kB "
                          f"({row['bytes_vs_original']:.2f} x), decode-cost ratio {row['decode_cost_ratio']:.2f}, {psnr}")
     for name, goal in results["goals"].items():
-        lines.append(f"{name} = {goal['measured']:.2f}; goal {goal['goal']:.2f}: {goal['words']} "
+        lines.append(f"{name} = {ratio_text(goal['measured'])}; goal {goal['goal']:.2f}: {goal['words']} "
                      f"({goal['rounds']} counterbalanced rounds each, bench.compare)")
         limit = goal.get("limit")
         if limit:
@@ -613,7 +615,7 @@ def format_benchmark(results: dict) -> str:
                 lines.append(f"  limit ({who}): {part['limited_by']}")
     lines.append("ratios (verdict):")
     for key, value in results["ratios"].items():
-        lines.append(f"  {key} = {value:.2f} ({results['ratio_verdicts'].get(key, '')})")
+        lines.append(f"  {key} = {ratio_text(value)} ({results['ratio_verdicts'].get(key, '')})")
     squash = results.get("stored_squash")
     if squash and "pixel_error" in squash:
         lines.append(f"stored as {squash['format']}: {squash['storage_ratio']:.2f} x the original JPEG bytes; PSNR "

@@ -8,9 +8,12 @@ differs:
   producing the same crops from the original JPEGs (Pillow decode, torchvision's
   ``RandomResizedCrop`` and flip); both hand uint8 batches to the training process. The
   storage ratio and the pixel error (the same crops on original and stored) stand beside it;
-* ``<loader>_vs_own_ceiling``: a loader over the parallel ceiling of *its own* input and
-  per-image work (:func:`packlab.ceiling.measure_parallel_ceiling` with the workers'
-  ``transform`` and ``write``), so no loader can beat it;
+* ``<loader> vs own ceiling``: a loader over the parallel ceiling of *its own* input and
+  per-image work (:func:`packlab.ceiling.crop_ceiling`) over the loader's epoch of images,
+  so no loader can beat it; the ratio and its words come from
+  :func:`packlab.ceiling.loader_vs_ceiling`, as chapter 11's do. A loader measured clearly
+  above its ceiling is reported as a mis-measured ceiling, and a ratio above 1 is stored as
+  None (its medians' ratio stays in the verdict's words);
 * ``ours_vs_dali_cpu``: ours over DALI's CPU pipeline on the same shards, same crops,
   same output;
 * ``decode_cost_ratio``: per image on one core, the originals' crop against each stored form's.
@@ -53,6 +56,25 @@ def goal_verdict(a: Spread, b: Spread, goal: float) -> dict:
             "compare": compare(a, b)}
 
 
+def ceiling_goal_verdict(loader: Spread, ceiling: Spread, goal: float) -> dict:
+    """:func:`goal_verdict` for a loader over its own ceiling, where a loader clearly above it shows nothing.
+
+    A loader cannot pass the ceiling of its own work, so a run that puts it clearly above
+    (:func:`packlab.ceiling.loader_vs_ceiling`) measured the ceiling wrong: the goal is then
+    neither reached nor missed (verdict 0), and ``measured`` is None, as no ratio above 1 is a result.
+    """
+    from packlab.ceiling import loader_vs_ceiling
+
+    out = goal_verdict(loader, ceiling, goal)
+    ratio = loader_vs_ceiling(loader, ceiling)
+    if ratio.mis_measured:
+        out.update(measured=None, verdict=0, reached=False,
+                   words="not shown (the ceiling was mis-measured: the loader measured clearly above it)")
+    else:
+        out["measured"] = ratio.result
+    return out
+
+
 def verdict_words(a: Spread, b: Spread, a_name: str, b_name: str) -> str:
     """``a`` against ``b`` in the course's words: clearly faster, clearly slower, or no clear difference."""
     direction = compare(a, b)
@@ -60,36 +82,6 @@ def verdict_words(a: Spread, b: Spread, a_name: str, b_name: str) -> str:
         return f"no clear difference between {a_name} and {b_name} by the course's rule ({len(a)} and {len(b)} runs)"
     ratio = a.median / b.median if direction > 0 else b.median / a.median
     return f"{a_name} clearly {'faster' if direction > 0 else 'slower'} than {b_name} ({ratio:.2f}x, {len(a)} runs each)"
-
-
-def shard_items(shards: Sequence[str], limit: int) -> list[tuple[bytes, str]]:
-    """The first ``limit`` samples of some shards as ``(jpeg bytes, key)``: a ceiling's input, in memory."""
-    from packlab.preprocess import iter_samples
-
-    items = []
-    for shard in shards:
-        for key, files in iter_samples(shard):
-            items.append((files["jpg"], key))
-            if len(items) >= limit:
-                return items
-    return items
-
-
-def crop_ceiling(items, processes: int, decode: Callable, channels_last: bool) -> Callable[[], float]:
-    """A measure (images/s) of the parallel ceiling of a crop pipeline's per-image work on ``items``.
-
-    The work of :class:`packlab.crops.RandomCrops` per sample (crop of the key, ``decode``)
-    and the collate's per-image copy into a batch buffer mapped once: N x H x W x C
-    (:func:`~packlab.loaders.batching.write_uint8_hwc`) for ``channels_last``, else N x C x H x W
-    (:func:`~packlab.loaders.batching.write_uint8_chw`).
-    """
-    from packlab.ceiling import measure_parallel_ceiling
-    from packlab.crops import TRAIN_SIZE, CropWork
-    from packlab.loaders.batching import write_uint8_chw, write_uint8_hwc
-
-    shape = (64, TRAIN_SIZE, TRAIN_SIZE, 3) if channels_last else (64, 3, TRAIN_SIZE, TRAIN_SIZE)
-    write = write_uint8_hwc if channels_last else write_uint8_chw
-    return lambda: measure_parallel_ceiling(items, processes, CropWork(decode), write, shape, torch.uint8)
 
 
 class KeyRecorder:
@@ -215,15 +207,17 @@ def median(values) -> float:
 
 
 def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], manifest: Sequence, cores: int,
-                  share: float = 0.5, ceiling_images: int = 1000, rounds: int = ROUNDS, batch_size: int = 64,
+                  share: float = 0.5, rounds: int = ROUNDS, batch_size: int = 64,
                   log: Callable[[str], None] = print) -> dict:
     """The training transform end to end: the standard pipeline, ours, DALI, and each one's own ceiling.
 
     Reads the first ``share`` of the shards (and of their stored copies, the same samples),
-    ``rounds`` interleaved steady epochs per loader, each audited; the ceilings run on
-    ``ceiling_images`` samples of the same shards in memory. Returns the rows, the ratios
-    of the same work with their verdicts, and what each loader spent on start-up.
+    ``rounds`` interleaved steady epochs per loader, each audited; each ceiling runs over the
+    loaders' whole epoch, the same samples in memory (:func:`packlab.ceiling.shard_items`).
+    Returns the rows, the ratios of the same work with their verdicts, and what each loader
+    spent on start-up.
     """
+    from packlab.ceiling import crop_ceiling, loader_vs_ceiling, shard_items
     from packlab.crops import crop_fast, crop_reference
     from packlab.loaders.lineup import CROP_ROWS, crop_factories
     from packlab.preprocess import iter_samples
@@ -236,14 +230,15 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
     expected = [by_key[key] for shard in originals for key, _ in iter_samples(shard)]
     factories = crop_factories(originals, stored, batch_size=batch_size, with_keys=True)
     loaders = {name: make(cores) for name, (_, make) in factories.items()}
-    original_items, stored_items = shard_items(originals, ceiling_images), shard_items(stored, ceiling_images)
+    original_items, stored_items = shard_items(originals), shard_items(stored)  # the loaders' epoch, every image
     ceilings = {
         "ceiling: standard crops (originals)": crop_ceiling(original_items, cores, crop_reference, channels_last=False),
         "ceiling: our crops (originals)": crop_ceiling(original_items, cores, crop_fast, channels_last=True),
         "ceiling: our crops (stored, max side)": crop_ceiling(stored_items, cores, crop_fast, channels_last=True),
     }
     log(f"training crops: {len(expected):,} images from {count} shards and their stored copies, {len(loaders)} "
-        f"pipelines and {len(ceilings)} ceilings, {rounds} interleaved rounds, each epoch audited")
+        f"pipelines and {len(ceilings)} ceilings over the same {len(expected):,} images, {rounds} interleaved rounds, "
+        "each epoch audited")
     measured = head_to_head(loaders, ceilings, cores, expected, rounds=rounds, log=log)
     del loaders
     spreads, rows = measured["spreads"], measured["rows"]
@@ -253,18 +248,20 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
     own_ceiling = {CROP_ROWS["standard"]: "ceiling: standard crops (originals)",
                    CROP_ROWS["ours, originals"]: "ceiling: our crops (originals)",
                    CROP_ROWS["ours, stored"]: "ceiling: our crops (stored, max side)"}
-    out = {"images": len(expected), "shards": count, "rounds": rounds, "workers": cores, "rows": rows,
-           "ratios": {}, "verdicts": {}}
+    out = {"images": len(expected), "ceiling_images": len(stored_items), "shards": count, "rounds": rounds,
+           "workers": cores, "rows": rows, "ratios": {}, "verdicts": {}, "mis_measured_ceilings": []}
     out["ratios"]["training_pipeline_speedup"] = ours.median / standard.median
     out["verdicts"]["training_pipeline_speedup"] = verdict_words(ours, standard, "ours (stored)", "the standard")
     out["goal_training_pipeline_speedup"] = goal_verdict(ours, standard, GOALS_OF_THE_SAME_WORK["training_pipeline_speedup"])
     for loader, ceiling in own_ceiling.items():
         key = f"{loader} vs own ceiling"
-        out["ratios"][key] = spreads[loader].median / spreads[ceiling].median
-        out["verdicts"][key] = verdict_words(spreads[loader], spreads[ceiling], loader, "its ceiling")
+        ratio = loader_vs_ceiling(spreads[loader], spreads[ceiling])
+        out["ratios"][key], out["verdicts"][key] = ratio.result, ratio.words(loader)
+        if ratio.mis_measured:
+            out["mis_measured_ceilings"].append(ceiling)
     out["ratios"]["stored_loader_vs_stored_ceiling"] = out["ratios"][f"{CROP_ROWS['ours, stored']} vs own ceiling"]
     out["verdicts"]["stored_loader_vs_stored_ceiling"] = out["verdicts"][f"{CROP_ROWS['ours, stored']} vs own ceiling"]
-    out["goal_stored_loader_vs_stored_ceiling"] = goal_verdict(
+    out["goal_stored_loader_vs_stored_ceiling"] = ceiling_goal_verdict(
         ours, spreads[own_ceiling[CROP_ROWS["ours, stored"]]], GOALS_OF_THE_SAME_WORK["stored_loader_vs_stored_ceiling"])
     for ours_name, dali_name, key in ((CROP_ROWS["ours, stored"], CROP_ROWS["DALI, stored"], "ours_vs_dali_cpu"),
                                       (CROP_ROWS["ours, originals"], CROP_ROWS["DALI, originals"],
@@ -283,6 +280,11 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
 GOALS_OF_THE_SAME_WORK = {"training_pipeline_speedup": 2.0, "stored_loader_vs_stored_ceiling": 0.80}
 
 
+def ratio_text(value: float | None) -> str:
+    """A stored ratio as text: two decimals, or why there is none (a loader-to-ceiling ratio above 1 is no result)."""
+    return "no result" if value is None else f"{value:.2f}"
+
+
 def format_crops(section: dict) -> list[str]:
     """The training-crops section as lines of text: the table, then each ratio with its verdict."""
     rows = section["rows"]
@@ -298,10 +300,10 @@ def format_crops(section: dict) -> list[str]:
                      f"{row['max_images_per_s']:<5.0f} {first:>11} {share:>8}  {row.get('audit', 'in memory, no loader')}")
     for key, value in section["ratios"].items():
         verdict = section["verdicts"].get(key, "")
-        lines.append(f"{key} = {value:.2f}" + (f": {verdict}" if verdict else ""))
+        lines.append(f"{key} = {ratio_text(value)}" + (f": {verdict}" if verdict else ""))
     for key in ("goal_training_pipeline_speedup", "goal_stored_loader_vs_stored_ceiling"):
         goal = section[key]
-        lines.append(f"{key[5:]}: goal {goal['goal']:.2f}, measured {goal['measured']:.2f}: {goal['words']}")
+        lines.append(f"{key[5:]}: goal {goal['goal']:.2f}, measured {ratio_text(goal['measured'])}: {goal['words']}")
     if "dali" in section:
         lines.append(f"DALI rows not run: {section['dali']}")
     return lines

@@ -1,33 +1,40 @@
-"""Checks of exercise 10 (``10_fast_path``): a loader's fast path past the decode ceiling.
+"""Checks of exercise 10 (``10_fast_path``): chapter 11's training crops, reproducible and cheap to decode.
 
-The candidate is a class with three static methods, one per step of chapter 11's fast path:
+The candidate is an ``IterableDataset`` class ``TrainingCrops(dataset, seed=0, size=224)``
+that wraps a dataset of ``(jpeg bytes, label, key)`` samples (a ``TarShardDataset`` with
+``transform=crops.encoded`` and ``return_key=True``) into one of ``(uint8 size x size x 3
+crop, label, key)``, with ``set_epoch``, ``state_dict`` and ``load_state_dict`` passed on
+to the wrapped dataset, and three static methods:
 
-* ``transform(jpeg_bytes, source)`` -> the 256 x 256 image as **uint8** (3 x 256 x 256
-  tensor or 256 x 256 x 3 array), decoded at a reduced size where the JPEG allows it
-  (Pillow's ``draft``, or any decoder that decodes at a reduced scale) and resized while
-  still uint8, with a resize no slower than torch's (``transforms.v2``);
-* ``collate(samples)`` -> ``[uint8 images N x 3 x 256 x 256, int64 labels(, keys)]``: the
-  batch crosses the process boundary as uint8, built in shared memory inside a worker;
-* ``normalise(images, mean, std)`` -> the float32 batch ``(pixel / 255 - mean) / std``,
-  computed once, in the consumer, with the constants made once per device.
+* ``window(key, width, height, seed, epoch)`` -> a :class:`packlab.crops.Crop`: the
+  sample's ``RandomResizedCrop`` window and flip, drawn from ``(seed, epoch, key)`` alone;
+* ``decode(jpeg_bytes, crop, size)`` -> the window resized to ``size`` x ``size`` (bilinear)
+  and mirrored if the crop says so, as uint8 H x W x RGB, decoded at the reduced scale
+  the *crop* allows (Pillow's ``draft``) or only the window (``crops.decode_window``);
+* ``store(jpeg_bytes, side)`` -> JPEG bytes of the image with its longer side ``side``,
+  aspect kept, never enlarged (chapter 11's "maximum side" storage).
 
-Each part catches one mistake that still gives plausible batches: a float32 crossing, a
-batch built in private memory (copied again to cross), normalising twice, constants
-built (and on a GPU copied) on every call, resizing in float or with a slower resize,
-decoding at full size when a reduced decode would do, a transform no faster than the
-standard. The parts watch what runs (which resizes see float tensors and how long they
-take, at which size Pillow decodes, which tensors normalise creates, where the batch
-lives) and what comes out, never how the code is written. The two timing parts compare
-runs with :func:`packlab.bench.compare` and measure again, up to three times, before they
-call a transform slow.
+Each part catches one mistake that still gives plausible crops: windows from a global
+random generator (or from Python's ``hash()``, which changes from one interpreter to the
+next), an epoch or a seed left out of the draw, a squash in place of a crop, a decode at
+full size where the crop allows a reduced one, a ``draft`` sized by the image rather than
+the crop, a float or channels-first result, an epoch that persistent workers never see,
+crops that follow the worker (its id, or a generator advanced along its stream) and so
+change with the worker count and after a resume, a wrapper that loses the reader's
+position, storage squashed or enlarged. The parts compare what comes out (windows, pixels
+against the standard's crop of the same window, crops of the same key read in different
+ways) and watch at which size Pillow decodes; nothing is timed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import math
-import time
-import traceback
+import multiprocessing
+import random
+import warnings
 
 import numpy as np
 import torch
@@ -36,22 +43,21 @@ from packlab import data
 from packlab.course.grading import fixtures
 from packlab.course.grading.core import Context, PartFailed, attempt, describe, register
 
-#: Samples the check reads (a fixed random subset), and how many 4x larger copies of them.
-SAMPLES, LARGE = 96, 6
-#: How often a timing part measures before it calls a transform slow (each try: bench.ROUNDS interleaved rounds).
-TRIES = 3
-#: The smallest PSNR (dB) against the standard transform's pixels that counts as "the same image".
+#: Samples the check reads (a fixed random subset), how many per shard, and how many 4x larger copies.
+SAMPLES, PER_SHARD, LARGE = 48, 8, 6
+#: The crop side the check asks for, and the seed it gives.
+SIZE, SEED = 224, 7
+#: The smallest PSNR (dB) against the standard's crop of the same window that counts as "the same crop".
 MIN_PSNR = 40.0
-#: mean and std the normalise part uses (not ImageNet's, so that hard-coded values show).
-MEAN, STD = (0.40, 0.50, 0.60), (0.20, 0.25, 0.30)
+#: RandomResizedCrop's ranges (area share, width / height), with room for the rounding to whole pixels.
+SCALE, RATIO, SLACK = (0.08, 1.0), (3 / 4, 4 / 3), 0.03
 
 
 def _fixtures() -> dict:
-    from packlab import decode
-    from packlab.transforms import decode_and_resize
+    from packlab import crops, decode
 
     samples = fixtures.subset(SAMPLES, seed=1010)
-    shards = fixtures.fixture_shards("fast-path", samples, maxcount=32)
+    shards = fixtures.fixture_shards("training-crops-48-8", samples, maxcount=PER_SHARD)
     root = fixtures.fixture_root()
     with fixtures.locked(root):
         large = decode.high_resolution_copies(samples[:LARGE], root / "fast-path-large-x4-q90")
@@ -60,8 +66,8 @@ def _fixtures() -> dict:
         "samples": samples,
         "shards": [str(p) for p in shards],
         "encoded": encoded,
-        "reference": {key: decode_and_resize(blob) for key, blob in encoded.items()},
-        "large": [(str(p), p.read_bytes()) for p in large],
+        "sizes": {key: crops.jpeg_size(blob) for key, blob in encoded.items()},
+        "large": [(p.stem, p.read_bytes()) for p in large],
     }
 
 
@@ -75,21 +81,34 @@ def _method(ctx: Context, name: str):
     return method
 
 
+def _window(ctx: Context, key: str, width: int, height: int, seed: int = SEED, epoch: int = 0, window=None):
+    """The candidate's window for one sample, as a :class:`packlab.crops.Crop` on an image of ``width`` x ``height``."""
+    from packlab import crops
+
+    window = window or _method(ctx, "window")
+    got = attempt(window, f"{ctx.name}.window", key, width, height, seed, epoch)
+    try:
+        values = [int(getattr(got, name)) for name in ("top", "left", "height", "width")]
+        flip = bool(got.flip)
+    except (AttributeError, TypeError, ValueError):
+        raise PartFailed(f"window({key!r}, {width}, {height}, ...) returned {type(got).__name__}: return a "
+                         "packlab.crops.Crop(top, left, height, width, flip, (width, height))") from None
+    return crops.Crop(*values, flip, (width, height))
+
+
 def _hwc(image, what: str) -> np.ndarray:
-    """A transform's result as 256 x 256 x 3 uint8, or a failure saying what it was instead."""
+    """A crop as ``SIZE`` x ``SIZE`` x 3 uint8, or a failure saying what it was instead."""
     if isinstance(image, torch.Tensor):
-        if image.dtype != torch.uint8:
-            raise PartFailed(f"{what} is a {image.dtype} tensor: resize while the image is uint8 and return uint8; "
-                             "the conversion to float belongs to the consumer (normalise)")
-        if tuple(image.shape) != (3, 256, 256):
-            raise PartFailed(f"{what} has shape {tuple(image.shape)}; a tensor must be 3 x 256 x 256 (channels first)")
-        return image.permute(1, 2, 0).numpy()
+        image = image.numpy() if image.dtype == torch.uint8 else image
+    if isinstance(image, torch.Tensor) or np.asarray(image).dtype != np.uint8:
+        kind = image.dtype if isinstance(image, torch.Tensor) else np.asarray(image).dtype
+        raise PartFailed(f"{what} is {kind}: return the crop as uint8 (it crosses from the workers at a quarter of "
+                         "float32's bytes; the training process converts it)")
     array = np.asarray(image)
-    if array.dtype != np.uint8:
-        raise PartFailed(f"{what} is a {array.dtype} array: resize while the image is uint8 and return uint8; "
-                         "the conversion to float belongs to the consumer (normalise)")
-    if array.shape != (256, 256, 3):
-        raise PartFailed(f"{what} has shape {array.shape}; an array must be 256 x 256 x 3 (height, width, RGB)")
+    if array.shape != (SIZE, SIZE, 3):
+        hint = " (channels first: give height x width x RGB, as Pillow and libjpeg do)" if array.shape == (
+            3, SIZE, SIZE) else ""
+        raise PartFailed(f"{what} has shape {array.shape}; a crop must be {SIZE} x {SIZE} x 3{hint}")
     return array
 
 
@@ -98,478 +117,419 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     return math.inf if error == 0 else 10 * math.log10(255**2 / error)
 
 
-class _Watch(torch.overrides.TorchFunctionMode):
-    """Records what the code under watch resizes and decodes.
-
-    * every ``torch.nn.functional.interpolate`` call: its input's dtype and size, and
-      whether torchvision's v2 made the call (v2 converts to float itself on CPUs
-      without AVX2, which is not the candidate's doing);
-    * every Pillow ``Image.resize``: the image's mode and size;
-    * every Pillow decode (``ImageFile.load``): the size it decodes at, after any ``draft``.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.resizes: list[tuple[str, tuple[int, int], bool]] = []  # (dtype or mode, (width, height), by v2)
-        self.pillow_loads: list[tuple[int, int]] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.interpolate and args and isinstance(args[0], torch.Tensor):
-            by_v2 = any("transforms/v2" in frame.filename.replace("\\", "/") for frame in traceback.extract_stack())
-            height, width = args[0].shape[-2:]
-            self.resizes.append((str(args[0].dtype), (int(width), int(height)), by_v2))
-        return func(*args, **kwargs)
-
-    @contextlib.contextmanager
-    def pillow(self):
-        from PIL import Image, ImageFile
-
-        resize, load = Image.Image.resize, ImageFile.ImageFile.load
-        watch = self
-
-        def watched_resize(image, *args, **kwargs):
-            watch.resizes.append((image.mode, image.size, False))
-            return resize(image, *args, **kwargs)
-
-        def watched_load(image, *args, **kwargs):
-            if getattr(image, "tile", None):  # not yet decoded: this call decodes, at the size set now
-                watch.pillow_loads.append(image.size)
-            return load(image, *args, **kwargs)
-
-        Image.Image.resize, ImageFile.ImageFile.load = watched_resize, watched_load
-        try:
-            yield
-        finally:
-            Image.Image.resize, ImageFile.ImageFile.load = resize, load
+def _db(value: float) -> str:
+    return "identical" if math.isinf(value) else f"{value:.1f} dB"
 
 
-def _watched(ctx: Context, blobs: list[tuple[str, bytes]]) -> tuple[_Watch, list]:
-    """Run the candidate's transform on ``(source, bytes)`` pairs under a :class:`_Watch`."""
-    transform = _method(ctx, "transform")
-    watch = _Watch()
-    outputs = []
-    with watch, watch.pillow():
-        for source, blob in blobs:
-            outputs.append(attempt(transform, f"{ctx.name}.transform", blob, source))
-    return watch, outputs
+def _central(width: int, height: int, side: int, flip: bool):
+    """A square window of ``side`` pixels in the middle of an image (the check's own, fixed windows)."""
+    from packlab import crops
+
+    side = min(side, width, height)
+    return crops.Crop((height - side) // 2, (width - side) // 2, side, side, flip, (width, height))
 
 
-# -------------------------------------------------------------------------------- parts
+@contextlib.contextmanager
+def _watch_decodes(seen: list):
+    """Record how many pixels each decode makes: Pillow's (after any ``draft``) and ``crops.decode_window``'s."""
+    from PIL import ImageFile
+
+    from packlab import crops
+
+    load, window = ImageFile.ImageFile.load, crops.decode_window
+
+    def watched_load(image, *args, **kwargs):
+        if getattr(image, "tile", None):  # not yet decoded: this call decodes, at the size set now
+            seen.append(("Pillow", image.size))
+        return load(image, *args, **kwargs)
+
+    def watched_window(data_, box, *args, **kwargs):
+        seen.append(("decode_window", (box[2] - box[0], box[3] - box[1])))
+        return window(data_, box, *args, **kwargs)
+
+    ImageFile.ImageFile.load, crops.decode_window = watched_load, watched_window
+    try:
+        yield
+    finally:
+        ImageFile.ImageFile.load, crops.decode_window = load, window
 
 
-def _transform_uint8(ctx: Context) -> str:
-    transform = _method(ctx, "transform")
-    worst = math.inf
-    for sample in ctx.fixtures["samples"][:16]:
-        out = attempt(transform, f"{ctx.name}.transform", ctx.fixtures["encoded"][sample.key], f"{sample.key}.jpg")
-        pixels = _hwc(out, f"transform({sample.key}.jpg)")
-        worst = min(worst, _psnr(pixels, ctx.fixtures["reference"][sample.key]))
-    if worst < MIN_PSNR:
-        raise PartFailed(f"the image of one JPEG has a PSNR of only {worst:.1f} dB against the standard transform's "
-                         f"(at least {MIN_PSNR:.0f} dB expected): decode the whole JPEG where it is not twice 256 a "
-                         "side, and resize with bilinear filtering to exactly 256 x 256")
-    return "uint8 256 x 256 images, " + ("identical to the standard's" if math.isinf(worst)
-                                        else f"a PSNR of at least {worst:.1f} dB against the standard's")
-
-
-def _resize_uint8(ctx: Context) -> str:
-    from packlab.decode import uint8_resize_is_native
-
-    blobs = [(f"{s.key}.jpg", ctx.fixtures["encoded"][s.key]) for s in ctx.fixtures["samples"][:8]]
-    watch, _ = _watched(ctx, blobs)
-    native = uint8_resize_is_native()
-    floats = [(kind, size) for kind, size, by_v2 in watch.resizes
-              if (kind.startswith("torch.float") or kind in ("F", "RGBF", "I")) and (native or not by_v2)]
-    if floats:
-        kind, size = floats[0]
-        raise PartFailed(f"an image of {size[0]} x {size[1]} was resized as {kind}: four times the bytes of uint8 and "
-                         "no fast integer path. Resize the uint8 image (Pillow, or transforms.v2 on a uint8 tensor) "
-                         "and convert to float only in the consumer")
-    if not watch.resizes:
-        raise PartFailed("the check saw no resize (Pillow's Image.resize or torch's interpolate, which "
-                         "transforms.v2 uses): resize the decoded image to 256 x 256 with one of them")
-    return f"{len(watch.resizes)} resizes, all on uint8 images"
-
-
-def _reduced_decode(ctx: Context) -> str:
-    from PIL import Image
-
-    decoded = []
-    # One image at a time: each decode is judged against its own source's size (the copies differ in size).
-    for source, blob in ctx.fixtures["large"]:
-        watch, (output,) = _watched(ctx, [(source, blob)])
-        _hwc(output, f"transform({source.rsplit('/', 1)[-1]})")
-        with Image.open(source) as image:
-            full = image.size
-        seen = watch.pillow_loads + [size for _, size, _ in watch.resizes]
-        if not seen:
-            raise PartFailed("the check could not see your decoder (it watches Pillow's decode and the resize after "
-                             "it): decode with Pillow, using Image.draft")
-        largest = max(seen, key=lambda size: size[0] * size[1])
-        if largest[0] > full[0] // 2 or largest[1] > full[1] // 2:
-            raise PartFailed(f"a {full[0]} x {full[1]} JPEG was decoded (or resized from) {largest[0]} x {largest[1]}: "
-                             "its full size, although it is more than twice 256 a side. Call image.draft('RGB', "
-                             "(256, 256)) after Image.open and before the pixels are loaded, so libjpeg decodes at "
-                             "1/2, 1/4 or 1/8 scale")
-        decoded.append((full, largest))
-    full, largest = max(decoded, key=lambda pair: pair[0][0] * pair[0][1])
-    return f"{len(decoded)} sources up to {full[0]} x {full[1]}, each decoded at half its size or less"
-
-
-class _ResizeClock(torch.overrides.TorchFunctionMode):
-    """Adds up the seconds spent inside resizes: Pillow's ``Image.resize`` and torch's ``interpolate``."""
-
-    def __init__(self):
-        super().__init__()
-        self.seconds = 0.0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is not torch.nn.functional.interpolate:
-            return func(*args, **(kwargs or {}))
-        start = time.perf_counter()
-        try:
-            return func(*args, **(kwargs or {}))  # the mode is off while it handles a call: no recursion
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    @contextlib.contextmanager
-    def pillow(self):
-        from PIL import Image
-
-        resize, clock = Image.Image.resize, self
-
-        def timed_resize(image, *args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return resize(image, *args, **kwargs)
-            finally:
-                clock.seconds += time.perf_counter() - start
-
-        Image.Image.resize = timed_resize
-        try:
-            yield
-        finally:
-            Image.Image.resize = resize
-
-
-def _resize_seconds(work, blobs, passes: int = 3) -> float:
-    """Seconds spent inside resizes while ``work(blob)`` runs over ``blobs``: the least of ``passes`` passes.
-
-    The least, because what a shared machine adds (another process taking the core for a
-    moment) only ever makes a pass longer.
-    """
-    best = math.inf
-    for _ in range(passes):
-        clock = _ResizeClock()
-        with clock, clock.pillow():
-            for blob in blobs:
-                work(blob)
-        best = min(best, clock.seconds)
-    return best
-
-
-def _v2_resize(blob):
-    """The yardstick: torch's uint8 resize (transforms.v2) of the whole decoded image to 256 x 256."""
-    from packlab.decode import decode_torchvision, resize_uint8
-
-    return resize_uint8(decode_torchvision(blob))
-
-
-def _resize_speed(ctx: Context) -> str:
-    from packlab.bench import Spread, interleaved
-
-    transform = _method(ctx, "transform")
-    blobs = [ctx.fixtures["encoded"][s.key] for s in ctx.fixtures["samples"][:8]]
-    slow = 0
-    for _ in range(TRIES):
-        runs = interleaved({
-            "yours": lambda: _resize_seconds(lambda b: attempt(transform, f"{ctx.name}.transform", b, "<bytes>"),
-                                             blobs),
-            "torch": lambda: _resize_seconds(_v2_resize, blobs),
-        })
-        yours, torch_runs = runs["yours"], runs["torch"]
-        if yours.median == 0:
-            raise PartFailed("the check saw no time spent in a resize (Pillow's Image.resize or torch's interpolate, "
-                             "which transforms.v2 uses): resize the decoded image with one of them")
-        from packlab.bench import compare
-
-        if compare(yours, torch_runs) <= 0:  # not clearly slower (compare on seconds: higher is slower)
-            ratio = yours.median / torch_runs.median
-            return (f"your resizes took {1e3 * yours.median / len(blobs):.2f} ms per image, torch's uint8 resize "
-                    f"{1e3 * torch_runs.median / len(blobs):.2f} ms ({ratio:.2f}x): no slower")
-        slow += 1
-        if slow == 2:
-            break
-    ratio = yours.median / torch_runs.median
-    raise PartFailed(f"your resizes took {1e3 * yours.median / len(blobs):.2f} ms per image against "
-                     f"{1e3 * torch_runs.median / len(blobs):.2f} ms for torch's uint8 resize of the same images "
-                     f"({ratio:.1f} times as long, clearly, twice): resize the uint8 tensor with "
-                     "torchvision.transforms.v2.functional.resize(..., antialias=True) instead")
-
-
-def _timing(ctx: Context) -> str:
-    from packlab.bench import compare, interleaved, seconds_of
-    from packlab.transforms import decode_and_resize
-
-    transform = _method(ctx, "transform")
-    small = [ctx.fixtures["encoded"][s.key] for s in ctx.fixtures["samples"][:8]]
-    large = [blob for _, blob in ctx.fixtures["large"][:4]]
-
-    def per_image_ms(work, blobs):
-        # The least of three passes: a shared machine only ever makes a pass longer.
-        return lambda: min(seconds_of(lambda: [work(b) for b in blobs])() for _ in range(3)) / len(blobs) * 1e3
-
-    def yours(blob):
-        return attempt(transform, f"{ctx.name}.transform", blob, "<bytes>")
-
-    found = {}
-    for size, blobs in (("ImageNet-sized", small), ("4x larger", large)):
-        slower = 0
-        for _ in range(TRIES):
-            runs = interleaved({"yours": per_image_ms(yours, blobs), "standard": per_image_ms(decode_and_resize, blobs)})
-            verdict = compare(runs["standard"], runs["yours"])  # on milliseconds: 1 means the standard is slower
-            found[size] = (runs["yours"].median, runs["standard"].median, verdict)
-            if verdict > 0 or (verdict == 0 and size == "ImageNet-sized"):
-                break
-            slower += verdict < 0
-            if slower == 2:
-                break
-        mine, standard, verdict = found[size]
-        if verdict < 0:
-            raise PartFailed(f"on {size} JPEGs your transform took {mine:.2f} ms per image against the standard's "
-                             f"{standard:.2f}: clearly slower, in two measurements. A fast path must not be slower "
-                             "than the standard anywhere")
-        if size == "4x larger" and verdict == 0:
-            raise PartFailed(f"on JPEGs four times larger than needed your transform took {mine:.2f} ms per image, "
-                             f"the standard {standard:.2f}: not clearly faster in {TRIES} measurements. Decode them at "
-                             "a reduced size (draft) and resize with torch's uint8 resize")
-    (small_mine, small_std, small_verdict), (large_mine, large_std, _) = found["ImageNet-sized"], found["4x larger"]
-    return (f"ImageNet-sized: {small_mine:.2f} against {small_std:.2f} ms per image ("
-            + ("clearly faster" if small_verdict > 0 else "no clear difference")
-            + f"); 4x larger: {large_mine:.2f} against {large_std:.2f} ms, clearly faster")
-
-
-def _first_batch(ctx: Context):
+def _dataset(ctx: Context, cls=None, seed: int = SEED):
+    from packlab import crops
     from packlab.loaders import TarShardDataset
 
-    dataset = TarShardDataset(ctx.fixtures["shards"], transform=_method(ctx, "transform"), return_key=True)
-    loader = fixtures.make_loader(ctx, dataset, workers=2, method="fork", batch_size=16,
-                                  collate_fn=_method(ctx, "collate"))
-    return loader
+    inner = TarShardDataset(ctx.fixtures["shards"], transform=crops.encoded, return_key=True, shuffle_buffer=0)
+    return attempt(cls or ctx.candidate, ctx.name, inner, seed=seed, size=SIZE)
 
 
-def _check_batch(batch) -> None:
-    if not (isinstance(batch, (list, tuple)) and len(batch) == 3):
-        raise PartFailed(f"collate must return [images, labels, keys] for (image, label, key) samples; got a "
-                         f"{type(batch).__name__}" + (f" of {len(batch)}" if isinstance(batch, (list, tuple)) else ""))
-    images, labels, _ = batch
-    if not isinstance(images, torch.Tensor):
-        raise PartFailed(f"the images of a batch are a {type(images).__name__}: stack them into one tensor")
-    if images.dtype != torch.uint8:
-        raise PartFailed(f"the batch crossed from the workers as {images.dtype} ({images.element_size()} bytes a value, "
-                         f"{images.numel() * images.element_size() / 1e6:.1f} MB for {len(images)} images): a float32 "
-                         "crossing. Keep it uint8, N x 3 x 256 x 256, and let normalise convert it in the consumer")
-    if tuple(images.shape[1:]) != (3, 256, 256):
-        raise PartFailed(f"the batch has shape {tuple(images.shape)}; it must be N x 3 x 256 x 256 (channels first)")
-    if not (isinstance(labels, torch.Tensor) and labels.dtype == torch.int64 and labels.dim() == 1):
-        raise PartFailed(f"labels must be one int64 tensor per batch; got {type(labels).__name__} "
-                         f"{getattr(labels, 'dtype', '')}")
-
-
-def _collate_uint8(ctx: Context) -> str:
-    loader = _first_batch(ctx)
-    iterator = iter(loader)
+def _set_epoch(dataset, epoch: int) -> None:
     try:
-        batch = next(iterator)
+        dataset.set_epoch(epoch)
     except Exception as exc:
-        fixtures.stop_workers(iterator)
-        raise PartFailed(f"reading a batch raised {describe(exc)}") from exc
-    fixtures.stop_workers(iterator)
-    _check_batch(batch)
-    return f"batches cross as uint8 {tuple(batch[0].shape)}: {batch[0].numel() / 1e6:.1f} MB, a quarter of float32"
+        raise PartFailed(f"set_epoch({epoch}) raised {describe(exc)}") from exc
 
 
-def _collate_and_report(collate):
-    """A collate for the check's workers: the candidate's batch, and whether its images were built in shared memory."""
+def _loader(ctx: Context, dataset, workers: int = 0, method: str = "fork", persistent: bool = False,
+            stateful: bool = False, batch_size: int = PER_SHARD):
+    options = {"batch_size": batch_size}
+    if workers:
+        options.update(num_workers=workers, multiprocessing_context=method, persistent_workers=persistent,
+                       timeout=ctx.loader_timeout + (ctx.startup_timeout if method != "fork" else 0))
+    if stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader
 
-    def wrapped(samples):
-        batch = collate(samples)
-        images = batch[0] if isinstance(batch, (list, tuple)) and batch else None
-        shared = bool(isinstance(images, torch.Tensor) and images.is_shared())
-        return batch, shared
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+        return StatefulDataLoader(dataset, **options)
+    from torch.utils.data import DataLoader
 
-    return wrapped
+    return DataLoader(dataset, **options)
 
 
-def _collate_shared(ctx: Context) -> str:
-    from packlab.loaders import TarShardDataset
-
-    dataset = TarShardDataset(ctx.fixtures["shards"], transform=_method(ctx, "transform"), return_key=True)
-    loader = fixtures.make_loader(ctx, dataset, workers=2, method="fork", batch_size=16,
-                                  collate_fn=_collate_and_report(_method(ctx, "collate")))
+def _crops_of(ctx: Context, loader, what: str, stop_after: int | None = None) -> dict[str, np.ndarray]:
+    """Each key's crop from ``loader``'s batches (up to ``stop_after`` batches); a key that comes twice fails."""
+    found: dict[str, np.ndarray] = {}
     iterator = iter(loader)
     try:
-        batch, shared = next(iterator)
-    except Exception as exc:
-        fixtures.stop_workers(iterator)
-        raise PartFailed(f"reading a batch raised {describe(exc)}") from exc
-    fixtures.stop_workers(iterator)
-    _check_batch(batch)
-    if not shared:
-        images = batch[0]
-        raise PartFailed(f"inside a worker, collate built the batch ({images.numel() / 1e6:.1f} MB) in the worker's "
-                         "private memory; to cross, it is then copied again into fresh shared memory (chapter 8). "
-                         "Build it in shared memory from the start, as default_collate does in a worker "
-                         "(default_collate on the uint8 images, then permute), or allocate it with "
-                         "packlab.loaders.batching.empty_batch")
-    return "inside a worker the batch is built in shared memory: it crosses without another copy"
-
-
-class _Creations(torch.overrides.TorchFunctionMode):
-    """Counts tensors made from Python numbers (``torch.tensor``, ``torch.as_tensor``, ``torch.Tensor``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.made = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in (torch.tensor, torch.as_tensor, torch.Tensor) or getattr(func, "__name__", "") in ("tensor",
-                                                                                                  "as_tensor"):
-            self.made += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _normalise_constants(ctx: Context) -> str:
-    normalise = _method(ctx, "normalise")
-    images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(11))
-    mean, std = list(MEAN), list(STD)
-    attempt(normalise, f"{ctx.name}.normalise", images, mean, std)  # the first call may make them
-    counter = _Creations()
-    with counter:
-        for _ in range(3):
-            attempt(normalise, f"{ctx.name}.normalise", images, mean, std)
-    if counter.made:
-        raise PartFailed(f"three more calls of normalise with the same mean and std made {counter.made} tensors from "
-                         "Python numbers: a new mean and std tensor on every batch, which on a GPU is a small "
-                         "synchronous copy from the host each time. Make them once per device (a dict keyed by "
-                         "(tuple(mean), tuple(std), device), or functools.lru_cache) and reuse them")
-    return "mean and std made once, then reused for every batch"
-
-
-def _normalise_once(ctx: Context) -> str:
-    normalise = _method(ctx, "normalise")
-    generator = torch.Generator().manual_seed(10)
-    images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8, generator=generator)
-    images[0, :, 0, 0], images[0, :, 0, 1] = 0, 255
-    given = images.clone()
-    out = attempt(normalise, f"{ctx.name}.normalise", given, MEAN, STD)
-    if not torch.equal(given, images):
-        raise PartFailed("normalise changed the uint8 batch it was given; leave the input as it is")
-    if not (isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == images.shape):
-        raise PartFailed(f"normalise must return a float32 tensor of the batch's shape; got {type(out).__name__} "
-                         f"{getattr(out, 'dtype', '')} {tuple(getattr(out, 'shape', ()))}")
-    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
-    scaled = images.float() / 255
-    expected = (scaled - mean) / std
-    if torch.allclose(out, expected, atol=1e-5):
-        return "uint8 -> float32, / 255, then (x - mean) / std, once"
-    wrong = {
-        "normalised twice: (x - mean) / std was applied to a result that was already normalised":
-            ((expected - mean) / std),
-        "divided by 255 twice": ((scaled / 255 - mean) / std),
-        "did not divide by 255 before normalising": ((images.float() - mean) / std),
-        "divided by 255 but did not normalise with mean and std": scaled,
-        "normalised with mean and std reversed": (scaled - std) / mean,
-    }
-    for mistake, candidate in wrong.items():
-        if torch.allclose(out, candidate, atol=1e-4):
-            raise PartFailed(f"normalise {mistake}. Convert once: images.float() / 255, then subtract mean and divide "
-                             "by std, per channel")
-    largest = (out - expected).abs().max().item()
-    raise PartFailed(f"normalise's result differs from (pixel / 255 - mean) / std by up to {largest:.3g}; use the mean "
-                     "and std given, one value per channel (shape 1 x 3 x 1 x 1 broadcasts over the batch)")
-
-
-def _audit(ctx: Context) -> str:
-    from packlab import audit
-
-    loader = _first_batch(ctx)
-    normalise = _method(ctx, "normalise")
-    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
-    records, worst, worst_key = [], math.inf, None
-    iterator = iter(loader)
-    try:
-        for batch in iterator:
-            _check_batch(batch)
-            images, labels, keys = batch
-            out = attempt(normalise, f"{ctx.name}.normalise", images, MEAN, STD)
-            pixels = ((out * std + mean) * 255).round().clamp(0, 255).to(torch.uint8)
-            for i, key in enumerate(keys):
-                records.append((str(key), int(labels[i]), None))
-                reference = ctx.fixtures["reference"].get(str(key))
-                if reference is not None:
-                    value = _psnr(pixels[i].permute(1, 2, 0).numpy(), reference)
-                    if value < worst:
-                        worst, worst_key = value, str(key)
-            if len(records) > 3 * SAMPLES:
-                raise PartFailed(f"the epoch delivered more than {3 * SAMPLES} samples ({SAMPLES} exist)")
+        for step, batch in enumerate(iterator, start=1):
+            if not (isinstance(batch, (tuple, list)) and len(batch) == 3):
+                raise PartFailed(f"{what}: every sample must be (crop, label, key)")
+            images, _, keys = batch
+            for image, key in zip(images, keys):
+                key = str(key)
+                if key in found:
+                    raise PartFailed(f"{what}: sample {key} came twice")
+                found[key] = _hwc(image, f"{what}: the crop of {key}")
+            if len(found) > 3 * SAMPLES:
+                raise PartFailed(f"{what} delivered more than {3 * SAMPLES} samples and did not end")
+            if step == stop_after:
+                break
     except PartFailed:
         fixtures.stop_workers(iterator)
         raise
     except Exception as exc:
         fixtures.stop_workers(iterator)
-        raise PartFailed(f"reading an epoch raised {describe(exc)}") from exc
-    report = audit.audit_epoch(records, ctx.fixtures["samples"])
-    if not report.ok:
-        raise PartFailed(report.summary())
+        raise PartFailed(f"reading {what} raised {describe(exc)}") from exc
+    return found
+
+
+def _all_keys(ctx: Context, found: dict, what: str) -> None:
+    missing = sorted({s.key for s in ctx.fixtures["samples"]} - set(found))
+    if missing:
+        raise PartFailed(f"{what}: {len(missing)} of {SAMPLES} samples never came (e.g. {missing[0]})")
+
+
+# -------------------------------------------------------------------------------- parts
+
+
+def _window_valid(ctx: Context) -> str:
+    sizes, flips, small, seen = ctx.fixtures["sizes"], 0, 0, 0
+    for key, (width, height) in sizes.items():
+        for epoch in range(3):
+            crop = _window(ctx, key, width, height, epoch=epoch)
+            seen += 1
+            inside = 0 <= crop.top and 0 <= crop.left and crop.top + crop.height <= height and \
+                crop.left + crop.width <= width and crop.height > 0 and crop.width > 0
+            if not inside:
+                raise PartFailed(f"the window of {key} (epoch {epoch}) on its {width} x {height} image is {crop}: "
+                                 "it must lie inside the image")
+            share, ratio = crop.width * crop.height / (width * height), crop.width / crop.height
+            if share < SCALE[0] - SLACK or not RATIO[0] - SLACK <= ratio <= RATIO[1] + SLACK:
+                raise PartFailed(f"the window of {key} (epoch {epoch}) covers {share:.0%} of the image with width / "
+                                 f"height {ratio:.2f}: RandomResizedCrop draws 8 to 100 % of the area and a ratio "
+                                 "between 3/4 and 4/3 (use crops.random_resized_crop, torchvision's steps)")
+            flips += crop.flip
+            small += share < 0.9
+    if small < seen // 2:
+        raise PartFailed(f"only {small} of {seen} windows cover less than 90 % of their image: a random resized crop "
+                         "covers about half of it on average; is the whole image (a squash) taken instead?")
+    if not 0.3 * seen <= flips <= 0.7 * seen:
+        raise PartFailed(f"{flips} of {seen} windows are mirrored: RandomHorizontalFlip mirrors half of them (p=0.5)")
+    return f"{seen} windows inside their images, with RandomResizedCrop's ranges; {flips} mirrored"
+
+
+def _windows(cls, keys_and_sizes, seed: int, epoch: int) -> list[tuple]:
+    """The windows of ``cls.window`` as plain tuples (run in a fresh interpreter by the reproducible part)."""
+    out = []
+    for key, width, height in keys_and_sizes:
+        crop = cls.window(key, width, height, seed, epoch)
+        out.append((int(crop.top), int(crop.left), int(crop.height), int(crop.width), bool(crop.flip)))
+    return out
+
+
+def _window_reproducible(ctx: Context) -> str:
+    items = [(key, *size) for key, size in list(ctx.fixtures["sizes"].items())[:24]]
+    first = [dataclasses.astuple(_window(ctx, *item))[:5] for item in items]
+    for shift in (1, 2):  # any other state of the global generators
+        torch.manual_seed(1000 + shift)
+        random.seed(1000 + shift)
+        np.random.seed(1000 + shift)
+        again = [dataclasses.astuple(_window(ctx, *item))[:5] for item in items]
+        if again != first:
+            changed = sum(a != b for a, b in zip(first, again))
+            raise PartFailed(f"called again with the same (seed, epoch, key), {changed} of {len(items)} windows came "
+                             "out different: they follow a global random generator (torch's, random's or numpy's), "
+                             "which depends on what ran before, in which worker. Draw from a torch.Generator of "
+                             "your own, seeded from (seed, epoch, key) alone")
+    cls = ctx.importable()
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            fresh = pool.apply(_windows, (cls, items, SEED, 0))
+    except Exception as exc:
+        raise PartFailed(f"computing the windows in a fresh interpreter (a spawn worker) raised {describe(exc)}; keep "
+                         "the class and its imports in one cell") from exc
+    if fresh != first:
+        changed = sum(a != b for a, b in zip(first, fresh))
+        raise PartFailed(f"in a fresh interpreter {changed} of {len(items)} windows came out different from this "
+                         "process's: the seed depends on the process. Python's hash() of a string changes with "
+                         "every interpreter (PYTHONHASHSEED); make the key a number with a stable hash "
+                         "(packlab.seeding.key_number, or hashlib)")
+    return f"{len(items)} windows the same after the global generators were reseeded, and in a fresh interpreter"
+
+
+def _window_epochs(ctx: Context) -> str:
+    items = list(ctx.fixtures["sizes"].items())
+    base = [dataclasses.astuple(_window(ctx, key, *size))[:5] for key, size in items]
+    for what, seed, epoch, advice in (
+            ("epoch 1", SEED, 1, "mix the epoch into the sample's seed: every epoch must draw new crops"),
+            (f"seed {SEED + 1}", SEED + 1, 0, "mix the seed into the sample's seed: another run, other crops")):
+        other = [dataclasses.astuple(_window(ctx, key, *size, seed=seed, epoch=epoch))[:5] for key, size in items]
+        same = sum(a == b for a, b in zip(base, other))
+        if same > len(items) // 4:
+            raise PartFailed(f"{same} of {len(items)} samples got the same window in {what} as in epoch 0 with seed "
+                             f"{SEED}: {advice}")
+    keys = len({window for window in base})
+    if keys < len(items) * 3 // 4:
+        raise PartFailed(f"{len(items)} samples got only {keys} different windows: mix the key into the sample's seed")
+    return f"new windows in another epoch and with another seed; {keys} different windows for {len(items)} keys"
+
+
+def _crop_cases(ctx: Context) -> list[tuple[str, bytes, object]]:
+    """(name, JPEG bytes, window): originals with drawn windows, and the large copies with fixed small windows."""
+    from packlab import crops
+
+    cases = []
+    for sample in ctx.fixtures["samples"][:12]:
+        blob = ctx.fixtures["encoded"][sample.key]
+        for epoch in (0, 1):
+            cases.append((f"{sample.key}.jpg (epoch {epoch})", blob,
+                          crops.crop_for(sample.key, *ctx.fixtures["sizes"][sample.key], seed=SEED, epoch=epoch)))
+    for i, (key, blob) in enumerate(ctx.fixtures["large"]):
+        width, height = crops.jpeg_size(blob)
+        # A window twice 224 a side (1/2 scale allowed) and one barely larger than 224 (no reduced scale allowed).
+        cases.append((f"{key} x4, a {2 * SIZE + 20} px window", blob, _central(width, height, 2 * SIZE + 20, i % 2 == 0)))
+        cases.append((f"{key} x4, a {SIZE + 40} px window", blob, _central(width, height, SIZE + 40, i % 2 == 1)))
+    return cases
+
+
+def _crop_pixels(ctx: Context) -> str:
+    from packlab import crops
+
+    decode = _method(ctx, "decode")
+    worst, worst_case = math.inf, ""
+    for name, blob, crop in _crop_cases(ctx):
+        out = _hwc(attempt(decode, f"{ctx.name}.decode", blob, crop, SIZE), f"decode({name})")
+        value = _psnr(out, crops.crop_reference(blob, crop))
+        if value < worst:
+            worst, worst_case, worst_crop = value, name, crop
     if worst < MIN_PSNR:
-        raise PartFailed(f"after normalise, the pixels of {worst_key} have a PSNR of {worst:.1f} dB against the standard "
-                         f"transform's (at least {MIN_PSNR:.0f} dB expected)")
-    return (f"{len(records)} samples, each once with its label; after normalise the pixels are "
-            + ("identical to the standard's" if math.isinf(worst)
-               else f"at a PSNR of at least {worst:.1f} dB against the standard's"))
+        raise PartFailed(
+            f"the crop of {worst_case} has a PSNR of only {_db(worst)} against the standard's crop of the same window "
+            f"(at least {MIN_PSNR:.0f} dB expected; window {worst_crop}). Resize exactly the window (not the whole "
+            "image) to the size, bilinear, mirror it when crop.flip says so, and decode at a reduced scale only as "
+            "far as the window allows: the crop, not the image, must stay at least the size a side")
+    return f"{len(_crop_cases(ctx))} crops, at least {_db(worst)} against the standard's crop of the same window"
+
+
+def _reduced_decode(ctx: Context) -> str:
+    from packlab import crops
+
+    decode = _method(ctx, "decode")
+    checked = []
+    for key, blob in ctx.fixtures["large"]:
+        width, height = crops.jpeg_size(blob)
+        crop = _central(width, height, int(0.6 * min(width, height)), False)  # a third of the area, 1/2 scale or more
+        seen: list = []
+        with _watch_decodes(seen):
+            _hwc(attempt(decode, f"{ctx.name}.decode", blob, crop, SIZE), f"decode({key} x4)")
+        if not seen:
+            raise PartFailed("the check could not see your decoder (it watches Pillow's decode and "
+                             "packlab.crops.decode_window): decode with Pillow, with image.draft(...) before the "
+                             "pixels load")
+        how, (w, h) = max(seen, key=lambda item: item[1][0] * item[1][1])
+        if w * h > width * height / 2:
+            raise PartFailed(f"a {width} x {height} JPEG was decoded at {w} x {h} ({how}) for a {crop.width} x "
+                             f"{crop.height} window, which allows 1/{crops.draft_scale_for(crop.width, crop.height)} "
+                             "scale: call image.draft('RGB', (width // scale, height // scale)) with the scale the "
+                             "window allows, after Image.open and before anything loads the pixels")
+        checked.append((width * height) / (w * h))
+    return (f"{len(checked)} large JPEGs with windows of a third of their area: decoded with "
+            f"{min(checked):.0f}x to {max(checked):.0f}x fewer pixels than the whole image")
+
+
+def _expected_crops(ctx: Context, epoch: int) -> dict[str, np.ndarray]:
+    """The standard's crop of the candidate's window for each sample in ``epoch``."""
+    from packlab import crops
+
+    return {key: crops.crop_reference(blob, _window(ctx, key, *ctx.fixtures["sizes"][key], epoch=epoch))
+            for key, blob in ctx.fixtures["encoded"].items()}
+
+
+def _dataset_epoch(ctx: Context) -> str:
+    dataset = _dataset(ctx)
+    _set_epoch(dataset, 0)
+    loader = _loader(ctx, dataset, workers=1, persistent=True)
+    expected = {epoch: _expected_crops(ctx, epoch) for epoch in (0, 1)}
+    for epoch in (0, 1):
+        _set_epoch(dataset, epoch)
+        found = _crops_of(ctx, loader, f"epoch {epoch}")
+        _all_keys(ctx, found, f"epoch {epoch}")
+        wrong = [key for key, image in found.items() if _psnr(image, expected[epoch][key]) < MIN_PSNR]
+        if wrong:
+            old = sum(_psnr(found[key], expected[0][key]) >= MIN_PSNR for key in wrong) if epoch else 0
+            if old == len(wrong):
+                raise PartFailed("with a persistent worker, epoch 1's crops were epoch 0's: set_epoch(1) in the "
+                                 "training process did not reach the worker, which keeps the copy of the dataset it "
+                                 "started with. Take the epoch from the wrapped dataset (it keeps it in shared "
+                                 "memory) when each pass starts")
+            raise PartFailed(f"in epoch {epoch}, {len(wrong)} of {SAMPLES} crops (e.g. {wrong[0]}) are not the crop of "
+                             f"window(key, width, height, seed, {epoch}) on the sample's own image: draw each "
+                             "sample's window from (seed, epoch, key) and its size (crops.jpeg_size), nothing else")
+    return f"a persistent worker, epochs 0 and 1: every sample once each epoch, each crop that epoch's window"
+
+
+def _worker_counts(ctx: Context) -> str:
+    cls = ctx.importable()
+    fixtures.preflight_spawn(_dataset(ctx, cls))
+    reads = {}
+    for what, workers, method in (("no workers", 0, "fork"), ("3 fork workers", 3, "fork"),
+                                  ("2 spawn workers", 2, "spawn")):
+        dataset = _dataset(ctx, cls)
+        _set_epoch(dataset, 2)
+        reads[what] = _crops_of(ctx, _loader(ctx, dataset, workers=workers, method=method), f"epoch 2 with {what}")
+        _all_keys(ctx, reads[what], f"epoch 2 with {what}")
+    base = reads["no workers"]
+    for what, found in reads.items():
+        changed = [key for key in base if not np.array_equal(base[key], found[key])]
+        if changed:
+            raise PartFailed(f"read with {what}, {len(changed)} of {SAMPLES} samples (e.g. {changed[0]}) got other "
+                             "crops than with no workers: the crop follows the worker (its id, its random "
+                             "generator, or how many samples it read before). Draw each window from (seed, epoch, "
+                             "key) alone, with a generator of its own")
+    return f"epoch 2 read with no workers, 3 fork and 2 spawn workers: every sample's crop identical"
+
+
+def _resume(ctx: Context) -> str:
+    dataset = _dataset(ctx)
+    _set_epoch(dataset, 1)
+    whole = _crops_of(ctx, _loader(ctx, dataset, workers=2, stateful=True, batch_size=4), "an uninterrupted epoch 1")
+    dataset = _dataset(ctx)
+    _set_epoch(dataset, 1)
+    loader = _loader(ctx, dataset, workers=2, stateful=True, batch_size=4)
+    first = _crops_of(ctx, loader, "epoch 1 until the stop", stop_after=3)
+    try:
+        state = loader.state_dict()
+    except Exception as exc:
+        raise PartFailed(f"loader.state_dict(), which calls the dataset's state_dict() in each worker, raised "
+                         f"{describe(exc)}") from exc
+    dataset = _dataset(ctx)
+    _set_epoch(dataset, 1)
+    resumed = _loader(ctx, dataset, workers=2, stateful=True, batch_size=4)
+    try:
+        resumed.load_state_dict(state)
+    except Exception as exc:
+        raise PartFailed(f"loader.load_state_dict(saved) raised {describe(exc)}") from exc
+    rest = _crops_of(ctx, resumed, "the resumed epoch 1")
+    twice = sorted(set(first) & set(rest))
+    if twice:
+        raise PartFailed(f"{len(twice)} samples delivered before the stop came again after the resume (e.g. "
+                         f"{twice[0]}): the wrapper lost the reader's position. Pass state_dict() and "
+                         "load_state_dict() on to the wrapped dataset")
+    _all_keys(ctx, {**first, **rest}, "epoch 1 stopped and resumed")
+    changed = [key for key, image in rest.items() if not np.array_equal(image, whole[key])]
+    if changed:
+        raise PartFailed(f"after the resume {len(changed)} of {len(rest)} samples (e.g. {changed[0]}) got other "
+                         "crops than in the uninterrupted epoch: the crop depends on where the reader started (a "
+                         "generator advanced sample by sample). Draw each window from (seed, epoch, key) alone")
+    return f"stopped after {len(first)} samples and resumed: the other {len(rest)}, each once, with the same crops"
+
+
+def _store_max_side(ctx: Context) -> str:
+    from PIL import Image
+
+    from packlab import reencode
+
+    store = _method(ctx, "store")
+    cases = [(f"{s.key}.jpg", ctx.fixtures["encoded"][s.key]) for s in ctx.fixtures["samples"][:8]]
+    cases += [(f"{key} x4", blob) for key, blob in ctx.fixtures["large"][:2]]
+    worst = math.inf
+    for side in (320, 512):
+        for name, blob in cases:
+            out = attempt(store, f"{ctx.name}.store", blob, side)
+            if not isinstance(out, (bytes, bytearray)):
+                raise PartFailed(f"store({name}, {side}) returned {type(out).__name__}: return the JPEG's bytes")
+            try:
+                with Image.open(io.BytesIO(out)) as image:
+                    image_format, got = image.format, image.size
+                    pixels = np.asarray(image.convert("RGB"))
+            except Exception as exc:
+                raise PartFailed(f"store({name}, {side}) returned bytes that Pillow cannot open: {describe(exc)}") from None
+            if image_format != "JPEG":
+                raise PartFailed(f"store({name}, {side}) returned a {image_format}: store a JPEG")
+            with Image.open(io.BytesIO(blob)) as original:
+                size = original.size
+            expected = reencode.max_side_size(*size, side)
+            if got != expected:
+                what = ("enlarged: an image smaller than the side is kept at its size" if got[0] > size[0]
+                        else "squashed: the aspect ratio must be kept" if got[0] == got[1] and expected[0] != expected[1]
+                        else "not the longer side shrunk to the side, the aspect kept")
+                raise PartFailed(f"a {size[0]} x {size[1]} image stored with side {side} came out {got[0]} x {got[1]} "
+                                 f"instead of {expected[0]} x {expected[1]}: {what}")
+            worst = min(worst, _psnr(pixels, reencode.stored_pixels(blob, side, fit="max side")))
+    if worst < 30:
+        raise PartFailed(f"a stored image has a PSNR of only {_db(worst)} against the image resized (bilinear) to its "
+                         "stored size: resize the decoded image, and save at a quality of about 90")
+    return (f"{2 * len(cases)} images stored with the longer side at most 320 or 512, aspect kept, never enlarged; "
+            f"at least {_db(worst)} against a bilinear resize")
 
 
 register(
     "fast_path",
     "10_fast_path",
-    "past the decode ceiling: a reduced-size uint8 transform, a shared-memory uint8 collate and a consumer-side normalise",
-    "FastPath with static methods transform(jpeg_bytes, source) -> uint8 256x256 image (3x256x256 tensor or "
-    "256x256x3 array); collate(samples) -> [uint8 N x 3 x 256 x 256 tensor, int64 labels, keys]; "
-    "normalise(images, mean, std) -> float32 (pixel / 255 - mean) / std",
+    "chapter 11's training crops: windows drawn per sample from (seed, epoch, key), decoded at the scale the crop "
+    "allows, the same whatever reads them, and stored at a maximum side",
+    "TrainingCrops(dataset, seed=0, size=224): an IterableDataset over (jpeg bytes, label, key) samples yielding "
+    "(uint8 size x size x 3 crop, label, key), with set_epoch, state_dict and load_state_dict of the wrapped "
+    "dataset; static methods window(key, width, height, seed, epoch) -> crops.Crop, decode(jpeg_bytes, crop, size) "
+    "-> uint8 size x size x 3, store(jpeg_bytes, side) -> JPEG bytes with the longer side at most side",
     _fixtures,
     [
-        ("transform_uint8", "transform returns the 256 x 256 image as uint8, with a PSNR of at least 40 dB against the standard's",
-         "decode with Pillow, resize to (256, 256) with Image.BILINEAR and return np.asarray(image): uint8",
-         _transform_uint8),
-        ("resize_uint8", "the resize sees a uint8 image, never a float one (resizing float)",
-         "resize before any conversion: Pillow's resize on the decoded image, or transforms.v2 on a uint8 tensor",
-         _resize_uint8),
-        ("reduced_decode", "a JPEG four times larger than needed is decoded at a reduced size (draft)",
-         "image = Image.open(...); image.draft('RGB', (256, 256)); then convert, then resize",
-         _reduced_decode),
-        ("resize_speed", "the resize takes no longer than torch's uint8 resize (transforms.v2) of the same images",
-         "pixels = torch.from_numpy(np.array(image)).permute(2, 0, 1); "
-         "transforms.v2.functional.resize(pixels, [256, 256], antialias=True)",
-         _resize_speed),
-        ("timing", "against the standard transform: not slower on ImageNet-sized JPEGs, clearly faster on 4x larger ones",
-         "draft for the large JPEGs, torch's uint8 resize for all of them",
-         _timing),
-        ("collate_uint8", "batches cross from two workers as uint8 N x 3 x 256 x 256 (not a float32 crossing)",
-         "default_collate the H x W x C uint8 images, then .permute(0, 3, 1, 2): channels_last, no .float() here",
-         _collate_uint8),
-        ("collate_shared", "inside a worker, collate builds the batch in shared memory (no second copy to cross)",
-         "batch = default_collate([image.permute(1, 2, 0) for image in images]) allocates it in shared memory",
-         _collate_shared),
-        ("normalise_once", "normalise converts once: float32(pixel) / 255, then (x - mean) / std per channel",
-         "x = images.float() / 255; return (x - mean) / std with mean and std as 1 x 3 x 1 x 1 tensors",
-         _normalise_once),
-        ("normalise_constants", "normalise makes its mean and std tensors once per device, not on every call",
-         "keep them in a dict keyed by (tuple(mean), tuple(std), images.device)",
-         _normalise_constants),
-        ("audit", "an epoch with two workers: every key once with its label, pixels as the standard's after normalise",
-         "the three methods together: transform in the workers, collate, then normalise in the consumer",
-         _audit),
+        ("window_valid", "windows inside the image with RandomResizedCrop's ranges (8-100 % of the area, ratio "
+         "3/4-4/3), about half of them mirrored",
+         "crops.random_resized_crop(width, height, generator), then torch.rand(1, generator=generator) < 0.5 for "
+         "the flip", _window_valid),
+        ("window_reproducible", "the same (seed, epoch, key) gives the same window whatever the global random "
+         "generators hold, and in a fresh interpreter",
+         "generator = torch.Generator().manual_seed(seeding.sample_seed(seed, epoch, seeding.key_number(key)))",
+         _window_reproducible),
+        ("window_epochs", "another epoch, another seed or another key gives another window",
+         "put seed, epoch and the key's number all three into the sample's seed", _window_epochs),
+        ("crop_pixels", "decode gives the window resized to 224 x 224 (and mirrored) as uint8 H x W x 3, at least "
+         "40 dB against the standard's crop of the same window",
+         "scale = crops.draft_scale_for(crop.width, crop.height); image.draft('RGB', (w // scale, h // scale)); "
+         "image.resize((size, size), Image.BILINEAR, box=the window in the decoded image's pixels)", _crop_pixels),
+        ("reduced_decode", "a large JPEG with a window of a third of its area is decoded at a reduced scale (or only "
+         "the window), not whole", "image.draft(...) after Image.open and before the pixels load, at the scale "
+         "the window allows", _reduced_decode),
+        ("dataset_epoch", "a persistent worker, epochs 0 and 1: every sample once, each crop the window of its "
+         "(seed, epoch, key) on its own image", "read the epoch from the wrapped dataset in __iter__; "
+         "crops.jpeg_size(jpeg_bytes) gives the size before decoding", _dataset_epoch),
+        ("worker_counts", "the same epoch read with no workers, 3 fork and 2 spawn workers: identical crops",
+         "nothing of the worker (its id, a generator it advances) may enter the window", _worker_counts),
+        ("resume", "an epoch stopped after 3 batches and resumed (StatefulDataLoader, 2 workers): the rest once, "
+         "with the crops of an uninterrupted epoch", "state_dict() and load_state_dict() return and take the wrapped "
+         "dataset's", _resume),
+        ("store_max_side", "store keeps the aspect ratio, shrinks the longer side to the side, never enlarges",
+         "reencode.max_side_size(width, height, side) gives the size; resize (bilinear) only if it differs; save as "
+         "JPEG quality 90", _store_max_side),
     ],
 )

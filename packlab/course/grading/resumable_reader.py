@@ -20,7 +20,13 @@ resume a state taken at the end of epoch 0 with persistent workers and go on int
 training loop that checkpoints on SIGTERM, at a random moment of its third step (a long
 one, while both workers, mid-share, prefetch): the workers must survive it (the loop, not
 they, decides), and the checkpoint written on the way out must resume to the rest of the
-epoch, every sample once (the order is the same_order part's business).
+epoch, every sample once (the order is the same_order part's business). The training loops
+of these two parts start their workers through the candidate's ``start(loader)`` with its
+``worker_init_fn``. The start-up part does the same with ``spawn`` workers, and the first
+worker sends SIGTERM to the group itself while it unpickles the dataset, before torch's
+worker loop and the ``worker_init_fn`` run: a point in every run, not a moment a loaded
+machine could miss. A worker is protected there only if it was started with the signals
+blocked.
 """
 
 from __future__ import annotations
@@ -356,27 +362,70 @@ def _other_epoch(ctx: Context) -> str:
 STOPPED = 3  # the training loop's exit status after a checkpoint written on SIGTERM
 
 
+class _SignalAtStart:
+    """A transform that, unpickled in a spawn worker of ``loop``, sends SIGTERM to the worker's process group.
+
+    Unpickling the dataset is part of a spawn worker's start: it comes after the new
+    interpreter has imported what the dataset needs and before torch's worker loop, its
+    signal handlers and the ``worker_init_fn``. Sent from there, the signal lands in that
+    window in every run, however loaded the machine: no timing decides what is graded. Only
+    the first worker to unpickle sends (``once`` is created exclusively), and only in a child
+    of ``loop`` (the check's own copies of the dataset stay quiet).
+    """
+
+    def __init__(self, transform, once: str, loop: int):
+        self.transform, self.once, self.loop = transform, once, loop
+
+    def __call__(self, data: bytes, source=None):
+        return self.transform(data, source)
+
+    def __getstate__(self):
+        return dict(vars(self))
+
+    def __setstate__(self, state):
+        vars(self).update(state)
+        if os.getppid() != self.loop:
+            return
+        try:
+            os.close(os.open(self.once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+
+
 def _train_until_signalled(cls, shards: list[str], checkpoint: str, failure: str, progress: str,
-                           timeout: float) -> None:
-    """Body of a training loop in a child process: 2 fork workers, a buffer of 20; SIGTERM -> checkpoint, exit 3."""
+                           timeout: float, method: str = "fork", at_start: str | None = None) -> None:
+    """Body of a training loop in a child process: 2 workers, a buffer of 20; SIGTERM -> checkpoint, exit 3.
+
+    The workers start through the candidate's ``start(loader)`` with its ``worker_init_fn``.
+    ``at_start``: a file name; the first spawn worker then signals the group while it starts
+    (:class:`_SignalAtStart`), else the grader signals during the third step.
+    """
     os.setpgid(0, 0)  # its own group: a signal to the group reaches the workers too
     stop = []
     signal.signal(signal.SIGTERM, lambda number, frame: stop.append(number))
     try:
+        from multiprocessing import resource_tracker
+
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         warnings.filterwarnings("ignore")
-        dataset = cls(shards, shuffle_buffer=20, seed=0, transform=sha256_transform, return_key=True)
-        loader = StatefulDataLoader(dataset, batch_size=BATCH, num_workers=2, multiprocessing_context="fork",
-                                    timeout=timeout)
+        # Started here, so that the grade does not depend on which process started it first (see
+        # packlab.preemption.stop_signals_held: starting it unblocks SIGTERM in its starter).
+        resource_tracker.ensure_running()
+        transform = sha256_transform if at_start is None else _SignalAtStart(sha256_transform, at_start, os.getpid())
+        dataset = cls(shards, shuffle_buffer=20, seed=0, transform=transform, return_key=True)
+        loader = StatefulDataLoader(dataset, batch_size=BATCH, num_workers=2, multiprocessing_context=method,
+                                    timeout=timeout, worker_init_fn=cls.worker_init_fn)
         keys: list[str] = []
-        batches = iter(loader)
+        batches = cls.start(loader)
         for step, (_, _, batch) in enumerate(batches, start=1):
             keys += [str(k) for k in batch]
             Path(progress).write_text(str(step))
             # A long step (the model's compute) after the second: the workers, mid-share, keep prefetching
             # meanwhile, and the signal comes during it, however late a busy machine lets the grader send it.
-            until = time.monotonic() + (timeout if step == 2 else 0.05)
+            # Signalled at the workers' start, the loop checkpoints after its first step.
+            until = time.monotonic() + (timeout if step == 2 and at_start is None else 0.05)
             while not stop and time.monotonic() < until:
                 time.sleep(0.01)
             if stop:
@@ -403,6 +452,25 @@ def _fail_if_a_worker_was_killed(batches, wait: float = 0.5) -> None:
         if found is not None and found.si_code == os.CLD_KILLED:
             raise RuntimeError(f"DataLoader worker (pid {worker.pid}) is killed by signal: "
                                f"{signal.Signals(found.si_status).name}")
+
+
+def _stopped_and_resumed(ctx: Context, child, checkpoint: str, failure: str, what: str, killed: str):
+    """Judge a signalled loop: it ended with status 3 after its checkpoint, and a resume reads the rest exactly once.
+
+    ``killed`` is the message (with ``{last}``, the loop's last error line) for a loop that
+    failed because the signal killed one of its workers. Returns (the checkpoint, the rest).
+    """
+    if Path(failure).exists():
+        last = [line for line in Path(failure).read_text().strip().splitlines() if line.strip()][-1]
+        if "killed by signal" in last or "exited unexpectedly" in last:
+            raise PartFailed(killed.format(last=last))
+        raise PartFailed(f"the training loop failed: {last}")
+    if child.exitcode != STOPPED:
+        raise PartFailed(f"the training loop ended with status {child.exitcode}, not {STOPPED} after its checkpoint")
+    saved = torch.load(checkpoint, weights_only=False)
+    rest = _resumed(ctx, saved["state"], workers=2, method="fork", shuffle_buffer=20)
+    _exactly_once(ctx, saved["keys"], rest, what)
+    return saved, rest
 
 
 def _sigterm_group(ctx: Context) -> str:
@@ -435,18 +503,43 @@ def _sigterm_group(ctx: Context) -> str:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
         child.join(30)
-    if Path(failure).exists():
-        last = [line for line in Path(failure).read_text().strip().splitlines() if line.strip()][-1]
-        if "killed by signal" in last or "exited unexpectedly" in last:
-            raise PartFailed(f"SIGTERM to the training loop's process group killed a DataLoader worker, and the loop "
-                             f"failed instead of writing its checkpoint: {last}")
-        raise PartFailed(f"the training loop failed: {last}")
-    if child.exitcode != STOPPED:
-        raise PartFailed(f"the training loop ended with status {child.exitcode}, not {STOPPED} after its checkpoint")
-    saved = torch.load(checkpoint, weights_only=False)
-    rest = _resumed(ctx, saved["state"], workers=2, method="fork", shuffle_buffer=20)
-    _exactly_once(ctx, saved["keys"], rest, "SIGTERM to the process group, resumed with 2 fork workers")
+    saved, rest = _stopped_and_resumed(
+        ctx, child, checkpoint, failure, "SIGTERM to the process group, resumed with 2 fork workers",
+        killed="SIGTERM to the training loop's process group killed a DataLoader worker, and the loop failed instead "
+               "of writing its checkpoint: {last}")
     return (f"SIGTERM to the process group {delay:.2f} s into the third step: checkpoint after "
+            f"{len(saved['keys'])} samples, the other {len(rest)} after the resume, each once")
+
+
+def _sigterm_startup(ctx: Context) -> str:
+    """SIGTERM to the group while the first spawn worker starts: it must survive, and the loop checkpoints."""
+    cls = ctx.importable()
+    preflight_spawn(_dataset(ctx, cls, shuffle_buffer=20))
+    folder = ctx.scratch("sigterm-startup")
+    checkpoint, failure, progress, once = (str(folder / name) for name in ("checkpoint.pt", "failure.txt",
+                                                                         "progress", "signalled"))
+    timeout = ctx.loader_timeout + ctx.startup_timeout
+    child = multiprocessing.get_context("fork").Process(
+        target=_train_until_signalled, args=(cls, ctx.fixtures["shards"], checkpoint, failure, progress, timeout,
+                                             "spawn", once))
+    child.start()
+    deadline = time.monotonic() + 2 * timeout
+    try:
+        while child.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.join(30)
+    if not Path(once).exists():
+        raise PartFailed("no spawn worker started within the time allowed, so no signal was sent")
+    saved, rest = _stopped_and_resumed(
+        ctx, child, checkpoint, failure, "SIGTERM while the spawn workers started, resumed with 2 fork workers",
+        killed="SIGTERM to the process group while the spawn workers were starting killed one, and the loop failed "
+               "instead of writing its checkpoint: {last}. Until your worker_init_fn runs, nothing of yours protects "
+               "a worker: start the workers with the stop signals blocked (a worker inherits the block), and let "
+               "worker_init_fn ignore them")
+    return (f"SIGTERM to the process group while a spawn worker was starting: the workers lived, checkpoint after "
             f"{len(saved['keys'])} samples, the other {len(rest)} after the resume, each once")
 
 
@@ -458,8 +551,9 @@ register(
     "ResumableShardReader(shards, shuffle_buffer=0, seed=0, transform=None, return_key=False) with set_epoch(epoch), "
     "state_dict() and load_state_dict(state): an IterableDataset (in epoch e, worker w of W reads its shards of "
     "e's order through a shuffle buffer of shuffle_buffer) that, loaded with a state saved mid-epoch, delivers "
-    "exactly the samples not yet delivered, in the uninterrupted order; refuses a state of another epoch; and "
-    "whose DataLoader workers ignore SIGTERM; read through torchdata's StatefulDataLoader",
+    "exactly the samples not yet delivered, in the uninterrupted order; refuses a state of another epoch; with "
+    "static methods worker_init_fn(worker_id) (the worker ignores SIGTERM and SIGUSR1) and start(loader) (iter(loader) "
+    "with the workers started while the stop signals are blocked); read through torchdata's StatefulDataLoader",
     _fixtures,
     [
         ("sample_granularity", "stopped after 15 samples (3 batches of 5), no workers: the rest, each once, in order",
@@ -488,7 +582,11 @@ register(
          _other_epoch),
         ("sigterm_group", "SIGTERM to a training loop's whole process group at a random moment of a step (buffer of "
          "20, 2 fork workers): the loop checkpoints, the rest resumes, every sample once",
-         "in a worker (get_worker_info() is not None), signal.signal(signal.SIGTERM, signal.SIG_IGN) and the same "
-         "for SIGUSR1, before reading", _sigterm_group),
+         "worker_init_fn: signal.signal(signal.SIGTERM, signal.SIG_IGN), the same for SIGUSR1 (or "
+         "packlab.preemption.ignore_stop_signals)", _sigterm_group),
+        ("sigterm_startup", "SIGTERM to the process group while a spawn worker starts, before any code of yours "
+         "runs in it: the workers live, the loop checkpoints, the rest resumes",
+         "start: with packlab.preemption.stop_signals_held(): return iter(loader); worker_init_fn then ignores "
+         "the signals and unblocks them", _sigterm_startup),
     ],
 )

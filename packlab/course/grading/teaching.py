@@ -140,16 +140,15 @@ NUDGES: dict[str, dict[str, str]] = {
         "damage_not_retried": "a damaged shard stays damaged: only a broken connection is worth another attempt",
     },
     "fast_path": {
-        "transform_uint8": "chapter 11: which type do the pixels need to be before anyone computes with them?",
-        "resize_uint8": "resize while the image is still small and in bytes: what does a float resize cost?",
-        "reduced_decode": "a JPEG can be decoded straight to a smaller size: the decoder need not make every pixel",
-        "resize_speed": "chapter 11 timed three resizes of the same images: which was the cheapest?",
-        "timing": "a fast path has to be fast where it matters: on the large JPEGs, what does the decoder still do?",
-        "collate_uint8": "what crosses from a worker to the training process, and how many bytes per pixel?",
-        "collate_shared": "chapter 8: where must a batch made in a worker live so that it crosses without a copy?",
-        "normalise_once": "one conversion to float, then the per-channel normalisation, all in the consumer",
-        "normalise_constants": "the mean and std are the same for every batch: how often do they need making?",
-        "audit": "the three pieces together must still give every sample once, as the standard transform would",
+        "window_valid": "chapter 11: which ranges of area and shape does RandomResizedCrop draw from, and how often does it mirror?",
+        "window_reproducible": "which random generator does your draw use, and what else has drawn from it before? Is every number you seed it with the same in a fresh interpreter?",
+        "window_epochs": "which numbers go into a sample's seed? A new epoch should see new crops",
+        "crop_pixels": "what is resized to 224: the window or the whole image? And how many pixels does the window keep after a reduced decode?",
+        "reduced_decode": "a JPEG can be decoded at 1/2, 1/4 or 1/8 scale: which size decides how far, the image's or the crop's?",
+        "dataset_epoch": "chapter 5: which copy of the dataset does a persistent worker read, and where does the epoch live?",
+        "worker_counts": "what differs between one worker and three, and may any of it reach a sample's crop?",
+        "resume": "chapter 12: after a resume, which position does the wrapped reader start from, and do the crops depend on it?",
+        "store_max_side": "chapter 11, 'Store what you train on': what does FFCV's max_resolution keep, and what does it never do?",
     },
     "resumable_reader": {
         "sample_granularity": "chapter 12: where does a reader stand after the last sample it handed out?",
@@ -162,6 +161,7 @@ NUDGES: dict[str, dict[str, str]] = {
                       "set_epoch?",
         "other_epoch": "a position in epoch 0 says nothing about epoch 1: how would the reader know which it holds?",
         "sigterm_group": "chapter 12: when the scheduler signals every process of the job, who should decide to stop?",
+        "sigterm_startup": "chapter 12: a spawn worker takes seconds to start; what protects it before any of your code runs in it?",
     },
     "interleaved_shuffle": {
         "one_process": "each shard is a stream of samples: which helper reads one, and through which opener?",
@@ -190,6 +190,11 @@ STAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "stretch": ("shuffle_epochs", "shard_order", "reproducible", "seeded", "bounded_buffer", "truncated_shard",
                     "streamed", "persistent_workers"),
     },
+    "fast_path": {
+        "core": ("window_valid", "window_reproducible", "window_epochs", "crop_pixels", "reduced_decode",
+                 "dataset_epoch", "worker_counts", "resume"),
+        "stretch": ("store_max_side",),
+    },
 }
 
 
@@ -198,6 +203,7 @@ STAGES: dict[str, dict[str, tuple[str, ...]]] = {
 #: counts the core stage's lines without them (:mod:`packlab.course.schedule.tracks`).
 STRETCH_CODE: dict[str, tuple[str, ...]] = {
     "04_tar_shards": ("set_epoch", "_buffer_shuffle"),
+    "10_fast_path": ("store",),
 }
 
 

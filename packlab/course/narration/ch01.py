@@ -6,7 +6,7 @@ whose wording follows :func:`packlab.bench.compare`: "clearly" only where it say
 
 from __future__ import annotations
 
-from packlab.bench import Spread, chance_of_split, compare, verdict
+from packlab.bench import Spread, chance_of_split, compare, interval_note, verdict, with_note
 from packlab.course.prose import names_text
 
 
@@ -15,7 +15,7 @@ def workers_verdict(two: Spread, zero: Spread) -> str:
     return verdict(two, zero,
                    "by the course's rule a clear gain",
                    "by the course's rule the workers were clearly slower",
-                   "by the course's rule no clear difference")
+                   "by the course's rule no clear difference", interval=True)
 
 
 def two_workers_cores(cores: int) -> str:
@@ -31,9 +31,11 @@ def two_workers_cores(cores: int) -> str:
 def same_loader_verdict(a: Spread, b: Spread) -> str:
     """The A/A comparison: one loader under two names; "`compare` says <this>"."""
     direction = compare(a, b)
+    note = interval_note(a, b)
     if direction == 0:
-        return "no clear difference, as it should: both rows are one loader"
-    return (f"a clear difference (A {'higher' if direction > 0 else 'lower'}), although both rows are one loader: "
+        return with_note("no clear difference", note) + ", as it should: both rows are one loader"
+    return (f"a clear difference (A {'higher' if direction > 0 else 'lower'}; {note}), although both rows are one "
+            "loader: "
             "this build hit one of the rare runs (at most 1 in 50 for equal contenders, by design) in which the "
             "noise fools the rule")
 
@@ -86,10 +88,11 @@ def position_sentence(fixed: dict[str, Spread], balanced: dict[str, Spread]) -> 
     def said(pair: dict[str, Spread]) -> str:
         direction = compare(pair["A"], pair["B"])
         ratio = pair["A"].median / pair["B"].median
+        note = interval_note(pair["A"], pair["B"])
         if direction == 0:
-            return f"A's median was {ratio:.3f} times B's and `compare` saw no clear difference"
+            return f"A's median was {ratio:.3f} times B's and `compare` saw no clear difference (A ÷ B {note})"
         return (f"A's median was {ratio:.3f} times B's and `compare` called A clearly "
-                f"{'faster' if direction > 0 else 'slower'}, although both are one loader")
+                f"{'faster' if direction > 0 else 'slower'} (A ÷ B {note}), although both are one loader")
 
     return (f"With A always first, {said(fixed)}; taking the first place in turn, {said(balanced)}. With A always "
             "first, A ÷ B is what the first place of a round cost or gained on this machine, plus noise.")
@@ -122,8 +125,10 @@ def position_simulation_sentence(rates: dict, bound: float, trials: int = 2000) 
             + "; ".join(parts) + "." + base)
 
 
-#: The course's verdict functions: a call to any of them is a comparison that can come out "clear".
-VERDICT_FUNCTIONS = ("compare", "verdict", "ratio_words", "ranking", "leaders")
+#: The course's tests: a call to any of them draws a verdict that can come out "clear" (or "not mixed") by
+#: chance. Besides the rank test's functions, chapter 12's and 13's test of mixing against random permutations.
+VERDICT_FUNCTIONS = ("compare", "verdict", "ratio_words", "ranking", "leaders", "mixing_verdicts",
+                     "permutation_band")
 
 
 def _called_names(node) -> set[str]:
@@ -173,13 +178,31 @@ def verdict_sites(root) -> dict[str, int]:
     return counts
 
 
+def outlier_sentence(rates: dict[str, dict], bound: float, trials: int) -> str:
+    """The outlier simulation: ``rates[label]`` is ``verdict_rates``' result for the rounds ``label`` names
+    (``"6 rounds"``, ...), with one run in six slow; the first label is the default, the last the cheap rounds."""
+    (few, few_rates), *_, (many, many_rates) = rates.items()
+    found_few, found_many = few_rates["1.3x found"], many_rates["1.3x found"]
+    false = names_text(f"{100 * r['equal called different']:.1f} % at {label}" for label, r in rates.items())
+    margin = 2 * (bound * (1 - bound) / trials) ** 0.5  # two standard errors of a share near the bound
+    keeps = all(r["equal called different"] <= bound + margin for r in rates.values())
+    held = names_text(f"{100 * r['interval held the ratio']:.1f} %" for r in rates.values())
+    return (f"At {few} a real 1.3-fold difference was found in {100 * found_few:.0f} % of {trials:,} comparisons, "
+            f"at {many} in {100 * found_many:.0f} %. Equal contenders were called different {false}: "
+            + ("within" if keeps else "beyond")
+            + f" the {100 * bound:.0f} % bound, give or take the simulation's own chance variation (about "
+            f"±{100 * margin:.1f} points). The interval beside each verdict held the true ratio of 1.3 in "
+            f"{held} of the comparisons")
+
+
 def multiplicity_sentence(sites: dict[str, int], bound: float) -> str:
     """How many verdicts the book draws, and how many false "clear" calls to expect among them."""
     total = sum(sites.values())
     return (f"The chapters' code draws a verdict at {total} places, directly or through the functions that write "
             f"their sentences, several of them in loops or in helpers that compare more than one pair, so one build "
             f"of the book makes more than {total} verdicts. Where the compared contenders do not really differ, each verdict may come "
-            f"out “clear” with a chance of up to {100 * bound:.0f} %: if none of the differences compared at those "
+            f"out “clear” (or, for an order that mixes like a random permutation, “not mixed”) with a chance of up to "
+            f"{100 * bound:.0f} %: if none of the differences compared at those "
             f"{total} places were real, about {total * bound:.1f} false “clear” calls would still be expected, and "
             f"more over the verdicts the loops add.")
 
@@ -190,13 +213,14 @@ def per_batch_sentence(b1: Spread, big: Spread, images: int, big_size: int) -> s
     if direction == -1:
         extra_batches = images - -(-images // big_size)
         per_batch_ms = (images / b1.median - images / big.median) / extra_batches * 1e3
-        return (f"batches of one were clearly slower, and taken at face value the difference between the medians "
+        return (f"batches of one were clearly slower ({interval_note(b1, big)}), and taken at face value the "
+                f"difference between the medians "
                 f"comes to {per_batch_ms:.2f} ms of wall-clock time per extra batch")
     if direction == 0:
-        return ("by the course's rule the two rows are not clearly different, so these runs cannot put a number "
-                "on the cost per batch")
-    return ("batches of one were clearly faster here, the opposite of what a fixed cost per batch predicts, so "
-            "these runs cannot put a number on it")
+        return (f"by the course's rule the two rows are not clearly different ({interval_note(b1, big)}), so these "
+                "runs cannot put a number on the cost per batch")
+    return (f"batches of one were clearly faster here ({interval_note(b1, big)}), the opposite of what a fixed cost "
+            "per batch predicts, so these runs cannot put a number on it")
 
 
 def gap_sentence(gap_seconds: float) -> str:
@@ -215,7 +239,7 @@ def order_verdict(float_first: Spread, uint8_first: Spread) -> str:
     return verdict(float_first, uint8_first,
                    "by the course's rule clearly slower",
                    "the float path was clearly faster",
-                   "by the course's rule no clear difference")
+                   "by the course's rule no clear difference", interval=True)
 
 
 def pil_sentence(pil: Spread, torch_uint8: Spread, loader_ms: float) -> str:
@@ -224,15 +248,16 @@ def pil_sentence(pil: Spread, torch_uint8: Spread, loader_ms: float) -> str:
     direction = compare(pil, torch_uint8)
     if direction == 1:
         saving_ms = (pil.median - torch_uint8.median) / 1e3
-        return (f"clearly slower, {pil.median / torch_uint8.median:.2f} times as slow as torch's `uint8` path here. "
+        return (f"clearly slower, {pil.median / torch_uint8.median:.2f} times as slow as torch's `uint8` path here "
+                f"({interval_note(pil, torch_uint8, estimate=False)}). "
                 "Resizing with "
                 f"torch's `uint8` path instead would save about {saving_ms:.2f} ms of the {loader_ms:.2f} ms per "
                 f"image that the `num_workers=0` loader took above ({100 * saving_ms / loader_ms:.0f} %)")
     if direction == 0:
-        return ("by the course's rule not clearly different from torch's `uint8` path here, so switching would not "
-                "save measurable time on this machine")
-    return (f"clearly faster than torch's `uint8` path here ({torch_uint8.median / pil.median:.2f} times), so on "
-            "this machine the course's choice costs nothing")
+        return (f"by the course's rule not clearly different from torch's `uint8` path here "
+                f"({interval_note(pil, torch_uint8)}), so switching would not save measurable time on this machine")
+    return (f"clearly faster than torch's `uint8` path here ({torch_uint8.median / pil.median:.2f} times; Pillow ÷ "
+            f"torch {interval_note(pil, torch_uint8)}), so on this machine the course's choice costs nothing")
 
 
 def threads_sentence(default_pool: Spread, one_thread: Spread) -> str:
@@ -244,5 +269,4 @@ def threads_sentence(default_pool: Spread, one_thread: Spread) -> str:
         "Here the default pool was clearly slower: splitting operations this small across threads costs "
         "synchronisation, and threads that wait for each other lose more than they gain.",
         "By the course's rule that is no clear difference either way: the operations torch could split are a small "
-        "part of each image's time.",
-    )
+        "part of each image's time.", interval=True)

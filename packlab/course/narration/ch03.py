@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from packlab.bench import Spread, compare, verdict
+from packlab.bench import Spread, compare, interval_note, verdict, with_note
 from packlab.course.narration import ch01
 
 #: How ``ZipFile`` reports the three reads of a member that another process's seek can spoil,
@@ -47,14 +47,16 @@ def workers_verdict(with_workers: Spread, without: Spread) -> str:
 def workers_summary(with_workers: Spread, without: Spread, images: int) -> str:
     """The same comparison for the summary's "On this machine": "two workers with their own handles were <this>"."""
     direction = compare(with_workers, without)
+    note = interval_note(with_workers, without)
     if direction == 1:
-        return f"{with_workers.median / without.median:.2f} times as fast as one process over {images} images, a clear gain"
+        return (f"{with_workers.median / without.median:.2f} times as fast as one process over {images} images, a "
+                f"clear gain ({note})")
     if direction == 0:
-        return (f"not clearly faster than one process over {images} images (chapter 4 sweeps the number of workers "
-                "over longer reads)")
+        return (f"not clearly faster than one process over {images} images ({note}; chapter 4 sweeps the number of "
+                "workers over longer reads)")
     return (f"clearly slower than one process over {images} images ({with_workers.median:.0f} against "
-            f"{without.median:.0f} images/s): too short a read to earn back starting them and opening the archive "
-            "in each")
+            f"{without.median:.0f} images/s; {note}): too short a read to earn back starting them and opening the "
+            "archive in each")
 
 
 def workers_explanation(with_workers: Spread, without: Spread, images: int, open_ms: float, load_average: float,
@@ -79,7 +81,8 @@ def workers_explanation(with_workers: Spread, without: Spread, images: int, open
 def lock_sentence(locked: Spread, own: Spread, members: str) -> str:
     """The locked loader as a share of the per-worker-handles rate, with the course's verdict."""
     word = {1: "clearly faster than", -1: "clearly slower than", 0: "not clearly different from"}[compare(locked, own)]
-    return f"{locked.median / own.median:.2f} times the per-worker rate with {members} members ({word} it)"
+    return (f"{locked.median / own.median:.2f} times the per-worker rate with {members} members ({word} it; "
+            f"{interval_note(locked, own)})")
 
 
 def lock_cache_sentence(locked: Spread, own: Spread, open_ms: str) -> str:
@@ -121,12 +124,13 @@ def reopen_verdict(per_worker: Spread, reopening: Spread) -> str:
     return verdict(per_worker, reopening,
                    "by the course's rule a clear difference",
                    "by the course's rule clearly the other way round",
-                   "by the course's rule no clear difference")
+                   "by the course's rule no clear difference", interval=True)
 
 
-def than(rate_a: Spread, rate_b: Spread) -> str:
-    """Two rates (images/s): "clearly faster than", "clearly slower than" or "not clearly different from"."""
-    return verdict(rate_a, rate_b,
-                   "clearly faster than",
-                   "clearly slower than",
-                   "not clearly different from")
+def than(rate_a: Spread, rate_b: Spread, what: str | None = None) -> str:
+    """Two rates (images/s): "clearly faster than", "clearly slower than" or "not clearly different from".
+
+    Given ``what`` (what ``rate_b`` is), the words name it and end with the ratio's interval,
+    as :func:`packlab.course.narration.ch02.than` does."""
+    words = verdict(rate_a, rate_b, "clearly faster than", "clearly slower than", "not clearly different from")
+    return words if what is None else with_note(f"{words} {what}", interval_note(rate_a, rate_b))

@@ -5,7 +5,7 @@ Every "clearly" follows :func:`packlab.bench.compare`.
 
 from __future__ import annotations
 
-from packlab.bench import Spread, compare, verdict
+from packlab.bench import Spread, compare, interval_note, verdict
 
 
 def gain_verdict(more_workers: Spread, fewer_workers: Spread) -> str:
@@ -13,7 +13,7 @@ def gain_verdict(more_workers: Spread, fewer_workers: Spread) -> str:
     return verdict(more_workers, fewer_workers,
                    "a clear gain",
                    "a clear loss",
-                   "no clear difference")
+                   "no clear difference", interval=True)
 
 
 def sweep_plan_text(most_workers: int, cores: int, images: int, batch_size: int, batches_each: int,
@@ -46,16 +46,18 @@ def beyond_cores_sentence(at_cores: Spread, beyond: Spread | None, at_count: int
         -1: "a clear loss: the extra workers only competed for the same cores",
         0: "no clear difference",
     }[compare(beyond, at_cores)]
-    return f"between {at_count} and {beyond_count} workers the zip of JPEGs showed {seen}"
+    return (f"between {at_count} and {beyond_count} workers the zip of JPEGs showed {seen} ({beyond_count} ÷ "
+            f"{at_count} workers {interval_note(beyond, at_cores)})")
 
 
 def persistence_saving(fresh: Spread, kept: Spread) -> str:
     """What keeping the workers did to an epoch (seconds per epoch: fresh workers, persistent ones)."""
     difference = fresh.median - kept.median
+    note = f"kept ÷ fresh {interval_note(kept, fresh)}"
     return {
-        -1: f"clearly saved {difference:.2f} s per epoch",
-        1: f"clearly cost {-difference:.2f} s per epoch",
-        0: f"made no clear difference (medians {abs(difference):.2f} s apart)",
+        -1: f"clearly saved {difference:.2f} s per epoch ({note})",
+        1: f"clearly cost {-difference:.2f} s per epoch ({note})",
+        0: f"made no clear difference (medians {abs(difference):.2f} s apart; {note})",
     }[compare(kept, fresh)]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from packlab.bench import Spread, compare, ranking, ratio_words, verdict
+from packlab.bench import Spread, compare, interval_note, ranking, ratio_words, verdict
 from packlab.course.prose import names_text, provides_figures
 
 #: NVIDIA's published ResNet-50 v1.5 training throughput with mixed precision, images/s
@@ -43,16 +43,18 @@ def sweep_plan_text(workers: int, cores: int, images: int, batch_size: int, batc
 
 def _which_side(alone: dict[int, Spread], appetite: Spread) -> str:
     """Which side sets the pace, worker count by worker count."""
-    relation = {w: verdict(s, appetite, "faster than", "slower than", "not clearly different from")
+    relation = {w: verdict(s, appetite, "faster than", "slower than", "not clearly different from", interval=False)
                 for w, s in alone.items()}
-    groups = {word: [str(w) for w in alone if relation[w] == word]
+    groups = {word: [w for w in alone if relation[w] == word]
               for word in ("slower than", "faster than", "not clearly different from")}
-    if len(groups["slower than"]) == len(alone):
-        return "the loader alone was slower than the model at every worker count: here the loader is the bottleneck"
-    if len(groups["faster than"]) == len(alone):
-        return "the loader alone was faster than the model at every worker count: here the model sets the pace"
+    # each worker count's verdict carries its own ratio to the model and that ratio's interval
+    notes = {w: f"{w} workers ({interval_note(s, appetite)})" for w, s in alone.items()}
+    for word, every in (("slower than", "the loader is the bottleneck"), ("faster than", "the model sets the pace")):
+        if len(groups[word]) == len(alone):
+            return (f"the loader alone was {word} the model at every worker count ({'; '.join(notes.values())}): "
+                    f"here {every}")
     return "the loader alone was " + "; ".join(
-        f"{word} the model with {' and '.join(ws)} workers" for word, ws in groups.items() if ws)
+        f"{word} the model with {' and '.join(notes[w] for w in ws)}" for word, ws in groups.items() if ws)
 
 
 @provides_figures("bottleneck_verdict", "loader_0_text", "appetite_text", "serial_pred", "together_0_text",
@@ -179,7 +181,8 @@ def closest_figures(rates: dict, predicted_rates: dict) -> dict:
     last = steps[-1][0]
     closest = (f"As measured, {_LAYOUT_NAMES[first]} came closest to its prediction ({_share_text(shares[first])}), "
                + (f"clearly closer than {_LAYOUT_NAMES[second]}" if clear else f"not clearly closer than {_LAYOUT_NAMES[second]}")
-               + f" ({_share_text(shares[second])}); {_LAYOUT_NAMES[last]} fell furthest short "
+               + f" ({_share_text(shares[second])}; the ratio of the two shares "
+               f"{interval_note(shares[first], shares[second])}); {_LAYOUT_NAMES[last]} fell furthest short "
                f"({_share_text(shares[last])}).")
     low, high = min(v.median for v in shares.values()), max(v.median for v in shares.values())
     return {"closest_sentence": closest,

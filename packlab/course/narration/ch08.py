@@ -6,13 +6,13 @@ comparison it cannot call clear is said to be one, in the summary too.
 
 from __future__ import annotations
 
-from packlab.bench import Spread, compare, verdict
+from packlab.bench import Spread, compare, interval_note, verdict, with_note
 from packlab.course.prose import provides_figures
 
 
 def versus(a: Spread, b: Spread, other: str) -> str:
     """``"faster than <other>"``, ``"slower than <other>"`` or ``"not clearly different from <other>"``."""
-    return verdict(a, b, f"faster than {other}", f"slower than {other}", f"not clearly different from {other}")
+    return verdict(a, b, f"faster than {other}", f"slower than {other}", f"not clearly different from {other}", interval=True)
 
 
 def readers_text(readers: int, cores: int, shards: int, batches: int) -> str:
@@ -47,7 +47,7 @@ def copy_figures(pickle_ms: dict[str, Spread], shared_in_worker: dict[str, bool]
     return {
         "collate_shared": ", ".join(f"{name}: {'yes' if flag else 'no'}" for name, flag in shared_in_worker.items()),
         "pickle_private_ms": f"{private.median:.1f}", "pickle_shared_ms": f"{shared.median:.2f}",
-        "pickle_verdict": verdict(private, shared, "clearly dearer", "clearly cheaper", "not clearly different"),
+        "pickle_verdict": verdict(private, shared, "clearly dearer", "clearly cheaper", "not clearly different", interval=True),
         "copy_ms_per_image": f"{per_image:.2f}",
         "copy_share": f"{per_image / decode_ms:.0%}" if compare(private, shared) == 1 else "no clear share",
     }
@@ -62,14 +62,16 @@ def per_page_text(faults: int, pages: int) -> str:
 
 def memory_verdict(fresh: Spread, reused: Spread) -> str:
     """Fresh shared pages against reused ones, in words."""
-    return {1: "fresh memory was clearly dearer", -1: "fresh memory was clearly cheaper",
-            0: "no clear difference between the runs"}[compare(fresh, reused)]
+    words = {1: "fresh memory was clearly dearer", -1: "fresh memory was clearly cheaper",
+             0: "no clear difference between the runs"}[compare(fresh, reused)]
+    return with_note(words, f"fresh ÷ reused {interval_note(fresh, reused)}")
 
 
 def against_processes(threads: Spread, processes: Spread) -> str:
     """How a thread workload's speed-up compares with what processes gained, as a clause."""
-    return {1: "more than the processes gained", -1: "less than the processes gained",
-            0: "not clearly different from what the processes gained"}[compare(threads, processes)]
+    words = {1: "more than the processes gained", -1: "less than the processes gained",
+             0: "not clearly different from what the processes gained"}[compare(threads, processes)]
+    return with_note(words, interval_note(threads, processes))
 
 
 def conversion_sentence(torch_speedup: Spread, processes: Spread) -> str:
@@ -93,8 +95,10 @@ def loaders_figures(runs: dict[str, Spread], all_cores: float, pool_size: int) -
         outcome = ("none of the three was clearly different from the DataLoader on this machine: the fresh pages "
                    "they avoid did not show end to end here")
     else:
-        outcome = "; ".join(f"{name} {'faster' if against_dl[name] == 1 else 'slower'} than the DataLoader"
-                            for name in clear) + ", clearly"
+        spreads = {"the thread loader with recycled buffers": recycled, "the thread loader with new memory": fresh,
+                   "the recycling loader": recycling}
+        outcome = "; ".join(f"{name} {'faster' if against_dl[name] == 1 else 'slower'} than the DataLoader "
+                            f"({interval_note(spreads[name], dataloader)})" for name in clear) + ", clearly"
     return {
         "loaders_dl": f"{dataloader.median:.0f}", "threads_fresh": f"{fresh.median:.0f}",
         "threads_recycled": f"{recycled.median:.0f}", "recycling_rate": f"{recycling.median:.0f}",

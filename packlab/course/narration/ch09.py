@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from packlab.bench import Spread, interval_note, ratio_interval, with_note
 from packlab.course.prose import names_text, provides_figures
 from packlab.formats import bench as formats_bench
 
@@ -23,6 +24,14 @@ ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "
 def _factor(factor: float) -> str:
     """``1.07``, ``1.5``, ``12``: two decimals where one would print a clear difference as "1.0" or "1.1"."""
     return f"{factor:.2f}" if factor < 1.1 else f"{factor:.1f}" if factor < 10 else f"{factor:,.0f}"
+
+
+def _step_note(values: dict[str, Sequence[float]], above: str, name: str, highest: bool = True) -> str:
+    """The interval of one step of a ranking, the way its factor reads (``above`` over ``name`` for rates, ``name``
+    over ``above`` for times): ``"1.05–1.09x"``, or ``""`` where runs that are not positive give no ratio."""
+    better, worse = Spread.of(values[above]), Spread.of(values[name])
+    interval = ratio_interval(better, worse) if highest else ratio_interval(worse, better)
+    return interval.range_text() if interval is not None else ""
 
 
 def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = "samples/s", highest: bool = True,
@@ -38,11 +47,12 @@ def ranking_sentence(values: dict[str, Sequence[float]], what: str, unit: str = 
     parts = [head]
     for (above, _), (name, clear) in zip(steps, steps[1:]):
         figure = f"{name} {median[name]:,.{digits}f}"
+        note = _step_note(values, above, name, highest)
         if clear:
             factor = median[above] / median[name] if highest else median[name] / median[above]
-            parts.append(f"{figure}, {_factor(factor)}× {worse} than {above}")
+            parts.append(with_note(f"{figure}, {_factor(factor)}× {worse} than {above}", note))
         else:
-            parts.append(f"{figure}, no clear difference from {above}")
+            parts.append(with_note(f"{figure}, no clear difference from {above}", note))
     sentence = "; ".join(parts) + "."
     if not any(clear for _, clear in steps[1:]):
         sentence += " No step between neighbours was clear."
@@ -56,17 +66,24 @@ def standing(values: dict[str, Sequence[float]], name: str) -> str:
     rank = names.index(name)
     median = {n: statistics.median(values[n]) for n in values}
     place = f"{ORDINALS[rank] if rank < len(ORDINALS) else f'number {rank + 1}'} of {len(names)}"
+
     if rank == 0:
         if len(names) == 1:
             return "the only layout measured"
         below, clear = steps[1]
-        ahead = f"clearly ahead of {below}, the next ({_factor(median[name] / median[below])}×)" if clear else \
-            f"not clearly ahead of {below}, the next"
+        note = _step_note(values, name, below)
+        if clear:
+            ahead = f"clearly ahead of {below}, the next ({_factor(median[name] / median[below])}×" + (
+                f", {note})" if note else ")")
+        else:
+            ahead = with_note(f"not clearly ahead of {below}, the next", note)
         return f"the fastest of {len(names)}, {ahead}"
     above = names[rank - 1]
+    note = _step_note(values, above, name)
     if steps[rank][1]:
-        return f"{place}, {_factor(median[above] / median[name])}× slower than {above}, the next faster"
-    return f"{place}, no clear difference from {above}, the next faster"
+        factor = _factor(median[above] / median[name])
+        return with_note(f"{place}, {factor}× slower than {above}, the next faster", note)
+    return with_note(f"{place}, no clear difference from {above}, the next faster", note)
 
 
 def cold_sentence(results: dict, access: str) -> str:
@@ -191,7 +208,8 @@ def readahead_figures(fetched: dict[bool, float], record_bytes: int, results: di
         cost = "This system measured no cold random reads to compare."
     else:
         lmdb, folder = statistics.median(cold["lmdb"]), statistics.median(cold["folder"])
-        pair = f"lmdb {lmdb:,.0f}, folder {folder:,.0f} samples/s"
+        note = interval_note(Spread.of(cold["lmdb"]), Spread.of(cold["folder"]))
+        pair = f"lmdb {lmdb:,.0f}, folder {folder:,.0f} samples/s" + (f"; lmdb ÷ folder {note}" if note else "")
         valid = formats_bench.cold_differs(results, "random")
         verdict = formats_bench.compare(cold["lmdb"], cold["folder"])
         if not (valid["lmdb"] and valid["folder"]):
@@ -221,15 +239,19 @@ def fit_figures(results: dict) -> dict:
     sequential_warm = formats_bench.rates(results, "sequential", "warm")
     parquet_gap = formats_bench.compare(sequential_warm["parquet"], random_warm["parquet"])
     npz_vs_zip = formats_bench.compare(random_warm["npz"], random_warm["zip"])
+    parquet_note = interval_note(Spread.of(sequential_warm["parquet"]), Spread.of(random_warm["parquet"]))
     return {
         "parquet_random": f"{statistics.median(random_warm['parquet']):,.0f}",
         "parquet_sequential": f"{statistics.median(sequential_warm['parquet']):,.0f}",
-        "parquet_gap": {"higher": "clearly faster in stored order", "lower": "clearly slower in stored order",
-                        "no clear difference": "no clear difference"}[parquet_gap],
+        "parquet_gap": with_note({"higher": "clearly faster in stored order", "lower": "clearly slower in stored order",
+                                  "no clear difference": "no clear difference"}[parquet_gap],
+                                 f"stored ÷ random order {parquet_note}" if parquet_note else ""),
         "lmdb_random": standing(random_warm, "lmdb"),
         "lmdb_sequential": standing(sequential_warm, "lmdb"),
         "hdf5_random": standing(random_warm, "hdf5"),
-        "npz_vs_zip": {"higher": "faster than", "lower": "slower than"}.get(npz_vs_zip, "not clearly different from"),
+        "npz_vs_zip": with_note({"higher": "clearly faster than", "lower": "clearly slower than"}.get(
+            npz_vs_zip, "not clearly different from") + " chapter 2's plain zip of the same JPEGs",
+            interval_note(Spread.of(random_warm["npz"]), Spread.of(random_warm["zip"]))),
         "tar_network": standing(formats_bench.rates(results, "sequential", "network model"), "tar"),
         "folder_network": standing(formats_bench.rates(results, "random", "network model"), "folder"),
     }

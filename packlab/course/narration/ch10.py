@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from packlab.bench import Spread, compare, ratio_words
+from packlab.bench import Spread, compare, interval_note, ratio_words
 from packlab.course.prose import provides_figures, seconds_text
 
 
@@ -42,8 +42,8 @@ def parsing_figures(parse_us: dict[str, Spread], rates: dict[str, Spread], sampl
     extra_s = samples * (theirs.median - ours.median) * 1e-6 / workers
     epoch_gap_s = samples / rates["S3, webdataset"].median - samples / rates["S3, TarShardDataset"].median
     if compare(theirs, ours) <= 0:
-        explains = ("webdataset's reader was not clearly slower at parsing here, so parsing does not explain a "
-                    "difference between the two loaders")
+        explains = (f"webdataset's reader was not clearly slower at parsing here ({interval_note(theirs, ours)}), so "
+                    "parsing does not explain a difference between the two loaders")
     elif epoch_gap_s <= 0:
         explains = ("webdataset's reader parsed more slowly, yet its epochs over S3 were not longer here: "
                     "something else outweighed the parsing")
@@ -71,11 +71,12 @@ def staging_figures(copy: Spread, in_place: Spread, local_read: Spread, break_ev
                     best: float, predicted_copy_s: float, predicted_in_place_s: float) -> dict:
     """The staging sentences: times, and a break-even only where reading in place was clearly slower."""
     if compare(in_place, local_read) <= 0:
-        verdict = ("reading in place was not clearly slower than reading the local copy, so no break-even can be "
-                   "read from these runs")
+        verdict = (f"reading in place was not clearly slower than reading the local copy "
+                   f"({interval_note(in_place, local_read)}), so no break-even can be read from these runs")
     else:
         verdict = (f"staging paid for itself after {break_even:.1f} epochs (from the medians; {best:.1f} to "
-                   f"{worst:.1f} from the extremes of the ranges)")
+                   f"{worst:.1f} from the extremes of the ranges; reading in place ÷ the local copy "
+                   f"{interval_note(in_place, local_read)})")
     return {
         "copy_s": f"{copy.median:.1f}", "predicted_copy_s": f"{predicted_copy_s:.1f}",
         "in_place_s": f"{in_place.median:.1f}", "predicted_in_place_s": f"{predicted_in_place_s:.1f}",

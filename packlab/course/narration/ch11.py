@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from packlab.bench import Spread, compare, markdown_table, ratio_words
+from packlab.bench import Spread, compare, interval_note, markdown_table, ratio_words, with_note
+from packlab.ceiling import CeilingRatio, loader_vs_ceiling
 from packlab.course.prose import provides_figures
 
 
@@ -79,22 +80,45 @@ def spreads_table(spreads: Mapping[str, Spread], quantity: str, label: str, fmt:
     return markdown_table(rows)
 
 
+def closer_words(ours_db: float, theirs_db: float, than: str) -> str:
+    """Which of two sets of crops is nearer the standard's pixels, from their PSNRs (dB; higher is nearer).
+
+    ``"closer to the standard's than <than> (44.3 dB against 36.6 dB)"``; within 0.1 dB, "as close as".
+    """
+    numbers = f"({db(ours_db)} against {db(theirs_db)})"
+    if math.isinf(ours_db) and math.isinf(theirs_db) or abs(ours_db - theirs_db) < 0.1:
+        return f"as close to the standard's as {than} {numbers}"
+    return f"{'closer to' if ours_db > theirs_db else 'further from'} the standard's than {than} {numbers}"
+
+
+def _words_and_note(words: str) -> tuple[str, str]:
+    """:func:`ratio_words`' text split into its words and the bracket after them (its interval), if any:
+    ``"1.5 times less (1.32–1.59x)"`` -> ``("1.5 times less", "1.32–1.59x")``."""
+    head, _, tail = words.partition(" (")
+    return head, tail[:-1] if tail.endswith(")") else tail
+
+
 def cost_words(cost: Spread, reference: Spread, than: str) -> str:
     """A per-image cost against a reference cost, as a clause: ``"cost 2.8 times less than <than>"``,
-    ``"cost 1.3 times more than <than>"``, or ``"cost about as much as <than> (no clear difference)"``."""
-    words = ratio_words(reference, cost, higher="less", lower="more")
-    if words == "no clear difference":
-        return f"cost about as much as {than} (no clear difference)"
-    return f"cost {words} than {than}"
+    ``"cost 1.3 times more than <than>"``, or ``"cost about as much as <than> (no clear difference)"``;
+    an interval that :func:`ratio_words` gives goes into the closing bracket."""
+    words, note = _words_and_note(ratio_words(reference, cost, higher="less", lower="more"))
+    if compare(reference, cost) == 0:
+        return f"cost about as much as {than} (no clear difference{', ' + note if note else ''})"
+    return f"cost {words} than {than}" + (f" ({note})" if note else "")
 
 
 def rate_words(a: Spread, b: Spread, than: str | None = None) -> str:
     """Two rates compared (higher is better): ``"1.4 times faster"``, with ``than``: ``"1.4 times faster than <than>"``,
-    or ``"not clearly faster or slower than <than>"``."""
+    or ``"not clearly faster or slower than <than>"``; an interval :func:`ratio_words` gives follows in brackets."""
     words = ratio_words(a, b)
     if than is None:
         return words
-    return f"not clearly faster or slower than {than}" if words == "no clear difference" else f"{words} than {than}"
+    head, note = _words_and_note(words)
+    bracket = f" ({note})" if note else ""
+    if compare(a, b) == 0:
+        return f"not clearly faster or slower than {than}{bracket}"
+    return f"{head} than {than}{bracket}"
 
 
 def pays_sentence(a: Spread, b: Spread, what: str, conversion_us: float | None = None, cores: int | None = None) -> str:
@@ -109,7 +133,8 @@ def pays_sentence(a: Spread, b: Spread, what: str, conversion_us: float | None =
         return f"{what} paid here: {ratio_words(a, b)} end to end"
     if verdict < 0:
         return f"{what} cost here: {ratio_words(a, b)} end to end"
-    text = f"{what} made no clear difference end to end here"
+    note = interval_note(a, b)
+    text = with_note(f"{what} made no clear difference end to end here", f"with ÷ without {note}" if note else "")
     if conversion_us is not None and cores is not None:
         text += (f"; the conversion it moves into the training process measured {conversion_us:.0f} µs per image on "
                  f"its own, and that process shares the machine's {cores} cores with the workers, so what the "
@@ -140,55 +165,86 @@ def roi_sentence(crop_runs: Mapping[str, Mapping[str, Spread]], reference: str, 
             "the cost.")
 
 
-def _ceiling_lesson(ours: int, standard: int) -> str:
-    """What the two loaders' ratios to their own ceilings say, from :func:`compare`'s verdicts (-1: clearly below)."""
-    if ours < 0 and standard < 0:
+def _ceiling_lesson(ours: CeilingRatio, standard: CeilingRatio) -> str:
+    """What the two loaders' ratios to their own ceilings say (:func:`packlab.ceiling.loader_vs_ceiling`)."""
+    if ours.mis_measured or standard.mis_measured:
+        return ("A ceiling does the same work on the same images with nothing else, so no loader can pass it: a run "
+                "that says otherwise caught the ceiling at a busy moment of this shared machine, and that ratio is to "
+                "be measured again on a quieter one.")
+    if ours.verdict < 0 and standard.verdict < 0:
         return "What is missing is what each loader itself costs: reading, batching in fresh memory, handing over."
-    if ours < 0 or standard < 0:
-        which = "Ours" if ours < 0 else "The standard pipeline"
+    if ours.verdict < 0 or standard.verdict < 0:
+        which = "Ours" if ours.verdict < 0 else "The standard pipeline"
         return (f"{which} stayed clearly below its ceiling, by what the loader itself costs (reading, batching in "
                 "fresh memory, handing over); the other one the runs could not tell from its ceiling.")
     return ("Neither loader was clearly below its ceiling in these runs: the loader's own costs (reading, batching "
             "in fresh memory, handing over) were within the noise of this machine.")
 
 
+def ceiling_sentence(ours: CeilingRatio, ours_ceiling: Spread, standard: CeilingRatio, standard_ceiling: Spread) -> str:
+    """Each loader against the ceiling of its own work, in every branch :class:`CeilingRatio` has."""
+    return (f"The ceiling of our work measured {ours_ceiling.median:.0f} images/s, the standard pipeline's "
+            f"{standard_ceiling.median:.0f}: {ours.words('ours')}; {standard.words('the standard pipeline')}.")
+
+
+def ceiling_summary(ours: CeilingRatio) -> str:
+    """Our loader against its own ceiling, as a clause of the chapter's summary."""
+    if ours.mis_measured:
+        return "the ceiling of our work was mis-measured in this run (ours measured clearly above it), so it gives no ratio"
+    if ours.result is None:
+        return "ours could not be told from the ceiling of its own work"
+    below = "clearly below it" if ours.verdict < 0 else "not clearly below it"
+    return f"ours reached {ours.result:.2f} of the ceiling of its own work, {below}"
+
+
+def dali_sentence(ours: Spread, dali: Spread | None, gpu_status: str | None = None) -> str:
+    """Ours against DALI's CPU pipeline, with what that pipeline is and is not (``gpu_status``: None without a GPU)."""
+    if dali is None:
+        return "DALI is not installed here, so its row did not run."
+    purpose = ("its purpose, `device=\"mixed\"` with nvJPEG and the hardware JPEG decoder of an A100 or H100, needs "
+               "an NVIDIA GPU and did not run on this machine" if gpu_status is None else
+               f"its purpose, `device=\"mixed\"` with nvJPEG and the hardware JPEG decoder where the GPU has one, "
+               f"runs in \"On a GPU\" below ({gpu_status})")
+    return (f"DALI's CPU pipeline, on the same stored shards with the same kind of crops, delivered {dali.median:.0f} "
+            f"images/s: ours was {rate_words(ours, dali, 'DALI')} (ours / DALI = {ours.median / dali.median:.2f}). "
+            f"That row is DALI's CPU operators, its fallback: {purpose}. Its pipeline also writes every crop once more "
+            "in `fn.crop_mirror_normalize`, which here only mirrors it and copies it out as uint8 (mean 0, scale 1: "
+            "no value changes), a full copy of each image, as the course's collate copies each crop into its batch. "
+            "DALI's pipeline runs ahead into its next epoch's first batches while it waits (`prefetch_queue_depth`), "
+            "so its first batch is ready when asked for; the clock of every pipeline starts only after one batch per "
+            "worker or thread.")
+
+
 @provides_figures("ours_rate", "standard_rate", "speedup_words", "storage_ratio", "end_psnr", "ours_ceiling_rate",
-                   "ours_vs_ceiling", "ours_ceiling_words", "standard_vs_ceiling", "standard_ceiling_words",
-                   "ceiling_lesson", "dali_sentence", "ours_first",
-                   "standard_first", "summary_speedup", "summary_ceiling", "end_startup")
+                  "ceiling_sentence", "ceiling_lesson", "dali_sentence", "ours_first",
+                  "standard_first", "summary_speedup", "summary_ceiling", "end_startup")
 def end_to_end_figures(runs: Mapping[str, Spread], epochs: Mapping[str, list], rows: Mapping[str, str],
-                       storage_ratio: float, psnr_db: float) -> dict:
-    """The figures of chapter 11's "All together": the training pipeline speed-up and each ratio to a ceiling."""
+                       storage_ratio: float, psnr_db: float, gpu_status: str | None = None) -> dict:
+    """The figures of chapter 11's "All together": the training pipeline speed-up and each ratio to a ceiling.
+
+    Each loader's ratio to its own ceiling is :func:`packlab.ceiling.loader_vs_ceiling`'s, the
+    definition ``make bench``'s ``stored_loader_vs_stored_ceiling`` uses too. ``gpu_status``
+    names the GPU where there is one (None: none), for what DALI's row could not show.
+    """
     standard, ours = runs[rows["standard"]], runs[rows["ours, stored"]]
     standard_ceiling = runs["ceiling: standard crops, originals"]
     ours_ceiling = runs["ceiling: our crops, stored"]
+    ours_ratio, standard_ratio = loader_vs_ceiling(ours, ours_ceiling), loader_vs_ceiling(standard, standard_ceiling)
     speedup = rate_words(ours, standard, "the standard pipeline")
     first = {name: sorted(e.first_batch_seconds for e in runs_)[len(runs_) // 2] for name, runs_ in epochs.items()}
-    dali = rows["DALI, stored"]
-    if dali in runs:
-        dali_sentence = (f"DALI's CPU pipeline, on the same stored shards with the same kind of crops, delivered "
-                         f"{runs[dali].median:.0f} images/s: ours was {rate_words(ours, runs[dali], 'DALI')} "
-                         f"(ours / DALI = {ours.median / runs[dali].median:.2f}). DALI's pipeline runs ahead into "
-                         "its next epoch's first batches while it waits (`prefetch_queue_depth`), so its first batch "
-                         "is ready when asked for; the clock of every pipeline starts only after one batch per worker "
-                         "or thread.")
-    else:
-        dali_sentence = "DALI is not installed here, so its row did not run."
     return {
         "ours_rate": f"{ours.median:.0f}", "standard_rate": f"{standard.median:.0f}",
         "speedup_words": speedup, "storage_ratio": f"{storage_ratio:.2f}", "end_psnr": db(psnr_db),
         "ours_ceiling_rate": f"{ours_ceiling.median:.0f}",
-        "ours_vs_ceiling": f"{ours.median / ours_ceiling.median:.2f}",
-        "ours_ceiling_words": rate_words(ours, ours_ceiling, "its ceiling"),
-        "standard_vs_ceiling": f"{standard.median / standard_ceiling.median:.2f}",
-        "standard_ceiling_words": rate_words(standard, standard_ceiling, "its ceiling"),
-        "ceiling_lesson": _ceiling_lesson(compare(ours, ours_ceiling), compare(standard, standard_ceiling)),
-        "dali_sentence": dali_sentence,
+        "ceiling_sentence": ceiling_sentence(ours_ratio, ours_ceiling, standard_ratio, standard_ceiling),
+        "ceiling_lesson": _ceiling_lesson(ours_ratio, standard_ratio),
+        "dali_sentence": dali_sentence(ours, runs.get(rows["DALI, stored"]), gpu_status),
         "ours_first": f"{first[rows['ours, stored']]:.2f}", "standard_first": f"{first[rows['standard']]:.2f}",
         "summary_speedup": (f"the training crops came {speedup}" if compare(ours, standard) != 0 else
                             f"the training crops came {ours.median / standard.median:.1f} times as fast as the standard "
-                            "pipeline's by the medians, not a clear difference by the course's rule"),
-        "summary_ceiling": f"ours reached {ours.median / ours_ceiling.median:.2f} of the ceiling of its own work",
+                            + with_note("pipeline's by the medians, not a clear difference by the course's rule",
+                                      interval_note(ours, standard, estimate=False))),
+        "summary_ceiling": ceiling_summary(ours_ratio),
         "end_startup": percent(max(e.startup_share for runs_ in epochs.values() for e in runs_)),
     }
 

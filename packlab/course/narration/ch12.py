@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from packlab.class_mixing import band_decimals
+
 
 def exactly_once(first: Sequence[str], rest: Sequence[str], expected: int) -> str:
     """'every one of the N samples exactly once' or what went wrong, for two parts of an epoch."""
@@ -93,18 +95,28 @@ def reread_rows(measured: Mapping[str, Mapping[str, float]]) -> list[dict]:
              "of which the buffered samples' own": megabytes(m["needed"])} for name, m in measured.items()]
 
 
+def mixing_decimals(verdicts: Mapping[str, Mapping]) -> int:
+    """The decimals that print every distance on the same side of the printed band top as its verdict."""
+    top = verdicts["random permutation"]["band_top"]
+    return band_decimals([v["mixing"] for n, v in verdicts.items() if n != "random permutation"], top)
+
+
 def mixing_rows(verdicts: Mapping[str, Mapping]) -> list[dict]:
-    """One row per order: its mixing distance, how many times a random permutation's, and the verdict."""
+    """One row per order: its mixing distance, how many times a random permutation's, and the verdict.
+
+    The distances and the band's top share :func:`mixing_decimals`, so a "not mixed" row
+    never prints the same number as the top it exceeds."""
+    decimals = mixing_decimals(verdicts)
     rows = []
     for name, v in verdicts.items():
         if name == "random permutation":
-            verdict = f"95 % of permutations at most {v['band_top']:.2f}"
+            verdict = f"{100 * v['band_level']:.0f} % of permutations at most {v['band_top']:.{decimals}f}"
         elif name == "as written":
             verdict = "the class-sorted order itself"
         else:
             verdict = "mixed like a random permutation" if v["mixes_like_a_permutation"] else "not mixed"
-        rows.append({"order": name, "mixing distance": f"{v['mixing']:.2f}",
-                     "x a random permutation": "" if "times" not in v else f"{v['times']:.1f}", "verdict": verdict})
+        rows.append({"order": name, "mixing distance": f"{v['mixing']:.{decimals}f}",
+                     "x a random permutation": "" if "times" not in v else f"{v['times']:.2f}", "verdict": verdict})
     return rows
 
 
@@ -112,8 +124,9 @@ def mixing_summary(verdicts: Mapping[str, Mapping]) -> str:
     """Which readers mixed the class-sorted data like a random permutation, and which did not, as one clause."""
     readers = {n: v for n, v in verdicts.items() if n not in ("random permutation", "as written")}
     good = [n for n, v in readers.items() if v["mixes_like_a_permutation"]]
-    bad = [f"{n} ({v['times']:.1f} times a permutation's distance)" for n, v in readers.items()
-           if not v["mixes_like_a_permutation"]]
+    decimals, top = mixing_decimals(verdicts), verdicts["random permutation"]["band_top"]
+    bad = [f"{n} ({v['mixing']:.{decimals}f}, above the band's {top:.{decimals}f}; {v['times']:.2f} times a "
+           "permutation's median distance)" for n, v in readers.items() if not v["mixes_like_a_permutation"]]
     parts = []
     if good:
         parts.append(f"mixed like a random permutation: {', '.join(good)}")

@@ -15,22 +15,46 @@ import numpy as np
 from packlab.accuracy.echo import reached, wall_seconds
 from packlab.accuracy.mixing import window_shares
 from packlab.accuracy.training import BATCH_SIZE, RunResult
-from packlab.bench import Spread, compare
+from packlab.bench import Spread, compare, difference_interval, interval_note, with_note
+from packlab.class_mixing import band_decimals
 from packlab.course.prose import names_text, provides_figures
 
 
 def against(accuracy: Spread, reference: Spread) -> str:
-    """One accuracy spread against the reference's, in words."""
+    """One accuracy spread against the reference's, in words: the difference of the medians in points, and the
+    interval of the difference (:func:`packlab.bench.difference_interval`, the same pairs the verdict counts).
+
+    Beside "no clear difference" the interval says how large a difference these seeds could
+    have missed."""
     direction = compare(accuracy, reference)
     points = accuracy.median - reference.median
+    _, low, high = difference_interval(accuracy, reference)
+    span = (f"interval {low:+.1f} to {high:+.1f}" if abs(low) < float("inf") and abs(high) < float("inf")
+            else "too few runs for an interval")
     if direction == 0:
-        return f"no clear difference ({points:+.1f} points)"
-    return f"clearly {'better' if direction > 0 else 'worse'} ({points:+.1f} points)"
+        return f"no clear difference ({points:+.1f} points, {span})"
+    return f"clearly {'better' if direction > 0 else 'worse'} ({points:+.1f} points, {span})"
 
 
-def order_rows(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], reference: str) -> list[dict]:
-    """The table of an order experiment: mixing, accuracy and the verdict against ``reference``."""
-    return [{"order": name, "label mixing": f"{mixing[name]:.2f}", "held-out accuracy, % (range)": f"{spread:.1f}",
+def mixing_text(mixing: Mapping[str, Mapping], name: str) -> str:
+    """``"0.134, not mixed"``: an order's label mixing and chapter 12's verdict on it.
+
+    ``mixing`` is :func:`packlab.class_mixing.mixing_verdicts` of the orders: the same band of
+    random permutations (a 2 % test) that chapter 12 judges mixing by, one standard for both
+    chapters. The value prints with the decimals that keep it on its own side of the band's
+    printed top (:func:`packlab.class_mixing.band_decimals`)."""
+    top = mixing["random permutation"]["band_top"]
+    decimals = band_decimals([v["mixing"] for n, v in mixing.items() if n != "random permutation"], top)
+    value = mixing[name]
+    verdict = ("mixed like a random permutation" if value["mixes_like_a_permutation"]
+               else f"not mixed: above the permutations' {top:.{decimals}f}")
+    return f"{value['mixing']:.{decimals}f}, {verdict}"
+
+
+def order_rows(accuracy: Mapping[str, Spread], mixing: Mapping[str, Mapping], reference: str) -> list[dict]:
+    """The table of an order experiment: mixing (with its verdict, :func:`mixing_text`), accuracy and the verdict
+    against ``reference``."""
+    return [{"order": name, "label mixing": mixing_text(mixing, name), "held-out accuracy, % (range)": f"{spread:.1f}",
              f"against the {reference}": "reference" if name == reference else against(spread, accuracy[reference])}
             for name, spread in accuracy.items()]
 
@@ -40,7 +64,7 @@ def _worse(accuracy: Mapping[str, Spread], reference: str) -> list[str]:
 
 
 @provides_figures("order_sentence", "buffer_sentence", "shuffled_sentence", "key_order")
-def order_figures(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], reference: str) -> dict:
+def order_figures(accuracy: Mapping[str, Spread], mixing: Mapping[str, Mapping], reference: str) -> dict:
     """What the order experiment showed: which orders cost accuracy, the buffer that stopped costing, shuffled shards."""
     worse = _worse(accuracy, reference)
     same = [n for n in accuracy if n != reference and n not in worse and compare(accuracy[n], accuracy[reference]) == 0]
@@ -57,7 +81,8 @@ def order_figures(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], r
     if fine:
         buffer_sentence = (f"On the class-sorted shards, the first setting that was not clearly worse was "
                            f"{fine[0].removeprefix('class-sorted shards, ')} ({sorted_buffers[fine[0]].median:.1f} %, "
-                           f"label mixing {mixing[fine[0]]:.2f} against the permutation's {mixing[reference]:.2f}).")
+                           f"label mixing {mixing_text(mixing, fine[0])}; the {reference}'s "
+                           f"{mixing_text(mixing, reference)}).")
     else:
         buffer_sentence = ("On the class-sorted shards, every buffer measured here trained a clearly worse model, "
                            "the largest included.")
@@ -73,10 +98,10 @@ def order_figures(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], r
             "shuffled_sentence": shuffled_sentence, "key_order": key_order[0].upper() + key_order[1:]}
 
 
-def peer_sentence(accuracy: Mapping[str, Spread], mixing: Mapping[str, float], reference: str) -> str:
-    """Each peer's shuffle against the global permutation, with its label mixing."""
+def peer_sentence(accuracy: Mapping[str, Spread], mixing: Mapping[str, Mapping], reference: str) -> str:
+    """Each peer's shuffle against the global permutation, with its label mixing (:func:`mixing_text`)."""
     ref = accuracy[reference]
-    parts = [f"{name} {accuracy[name].median:.1f} % (label mixing {mixing[name]:.2f}), "
+    parts = [f"{name} {accuracy[name].median:.1f} % (label mixing {mixing_text(mixing, name)}), "
              f"{against(accuracy[name], ref)}" for name in accuracy if name != reference]
     return f"On the class-sorted copy, against the {reference}'s {ref.median:.1f} %: " + "; ".join(parts) + "."
 
@@ -162,7 +187,8 @@ def echo_rows(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rat
     rows = []
     for name, results in runs.items():
         times = Spread.of(_times(results, target, loader_rate, model_rate))
-        verdict = {1: "clearly slower", -1: "clearly faster", 0: "no clear difference"}[compare(times, base)]
+        verdict = with_note({1: "clearly slower", -1: "clearly faster", 0: "no clear difference"}[compare(times, base)],
+                            interval_note(times, base))
         rows.append({"echo": name, "final accuracy, %": f"{Spread.of(100 * r.accuracy for r in results):.1f}",
                      f"fresh images to {100 * target:.0f} %": _median_text(_fresh(results, target), ",.0f"),
                      "modelled seconds to it": _median_text(list(times), ".1f"),
@@ -181,7 +207,8 @@ def echo_figures(runs: Mapping[str, Sequence[RunResult]], target: float, loader_
         best = min(faster, key=lambda n: times[n].median)
         echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, "
                          f"{names_text(faster)} reached {100 * target:.0f} % clearly sooner than no echo "
-                         f"({best}: {times[best].median:.1f} s against {base.median:.1f} s, median)")
+                         f"({best}: {times[best].median:.1f} s against {base.median:.1f} s, median; "
+                         f"{interval_note(times[best], base)})")
     else:
         echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, no echo setting "
                          f"reached {100 * target:.0f} % clearly sooner than no echo ({base.median:.1f} s, median)")

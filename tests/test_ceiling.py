@@ -1,0 +1,68 @@
+"""The ceilings: over the loader's epoch, warmed up like a loader's workers, and one ratio for chapter 11 and make bench."""
+
+from __future__ import annotations
+
+import pytest
+
+from packlab import ceiling, crops, data, pack
+from packlab.bench import Spread
+from packlab.course.benchmark import training
+
+
+@pytest.fixture(scope="module")
+def shards(small_root, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ceiling-shards")
+    return [str(p) for p in pack.write_tar_shards(folder, root=small_root, maxcount=16, shuffle=False, progress=False)]
+
+
+def test_shard_items_is_the_loaders_epoch_unless_limited(shards, small_root):
+    everything = ceiling.shard_items(shards)
+    assert [key for _, key in everything] == [s.key for s in data.load_manifest(small_root)]
+    assert len(ceiling.shard_items(shards, 5)) == 5
+
+
+def test_each_ceiling_process_does_its_first_item_before_the_clock(monkeypatch):
+    calls = []
+
+    def work(item):
+        calls.append(item)
+        return None
+
+    # One process, run in this one: the barrier and the queue are stand-ins.
+    class Barrier:
+        def wait(self):
+            calls.append("barrier")
+
+    class Results:
+        def put(self, value):
+            calls.append(value[2])
+
+    ceiling._decode_share([1, 2, 3], Barrier(), Results(), work, None, None, None)
+    assert calls == [1, "barrier", 1, 2, 3, 3]
+
+
+def test_a_crop_ceiling_runs_over_every_item_and_gives_a_rate(shards):
+    items = ceiling.shard_items(shards)
+    rate = ceiling.crop_ceiling(items, 2, crops.crop_fast, channels_last=True)()
+    assert rate > 0
+
+
+def test_make_bench_and_chapter_11_share_one_ratio():
+    loader, top = Spread.of([80, 81, 79, 82, 78, 80]), Spread.of([100, 101, 99, 102, 98, 100])
+    ratio = ceiling.loader_vs_ceiling(loader, top)
+    assert ratio.result == pytest.approx(0.8) and ratio.verdict == -1
+    # make bench's training section has no ceiling code of its own any more: it uses packlab.ceiling's.
+    assert not hasattr(training, "crop_ceiling") and not hasattr(training, "shard_items")
+    assert training.ratio_text(None) == "no result" and training.ratio_text(0.8) == "0.80"
+    above = ceiling.loader_vs_ceiling(Spread.of([120, 121, 119, 122, 118, 120]), top)
+    assert above.mis_measured and above.result is None
+    assert "the ceiling was mis-measured" in above.words("ours")
+
+
+def test_a_goal_over_a_mis_measured_ceiling_is_neither_reached_nor_missed():
+    top = Spread.of([100, 101, 99, 102, 98, 100])
+    above = training.ceiling_goal_verdict(Spread.of([120, 121, 119, 122, 118, 120]), top, 0.8)
+    assert above["verdict"] == 0 and not above["reached"] and above["measured"] is None
+    assert "mis-measured" in above["words"]
+    below = training.ceiling_goal_verdict(Spread.of([90, 91, 89, 92, 88, 90]), top, 0.8)
+    assert below["reached"] and below["measured"] == pytest.approx(0.9)
