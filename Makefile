@@ -34,11 +34,15 @@ export UV_PYTHON_DOWNLOADS
 TORCH_BACKEND ?= $(if $(filter Linux,$(shell uname -s)),cpu,pypi)
 # A folder of wheels (`make wheelhouse`): install from it alone, without any network.
 WHEELHOUSE ?=
-UV_INSTALL = "$$uv" pip install --python $(PY) $(if $(WHEELHOUSE),--offline --no-index --find-links $(WHEELHOUSE))
+# --compile-bytecode: every module is compiled once, here. Where the bytecode cache cannot be written
+# (PYTHONDONTWRITEBYTECODE set, as on some images and CI machines, or a hub's read-only environment)
+# Python would otherwise compile torch and torchvision from source in every process it starts:
+# each notebook kernel and each spawned DataLoader worker (7 s of CPU instead of 3 here, per process).
+UV_INSTALL = "$$uv" pip install --compile-bytecode --python $(PY) $(if $(WHEELHOUSE),--offline --no-index --find-links $(WHEELHOUSE))
 # Notebooks converted from MyST markdown for nbval.
 CELL_TIMEOUT ?= 600
 
-.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board handback feedback
+.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board handback feedback loadtest
 
 help:
 	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND, PACKLAB_CORES) into $(SETTINGS_FILE); shows them"
@@ -61,6 +65,7 @@ help:
 	@echo "make handback CLASS=folder   a zip per attendee of their feedback (folder/handback/NAME.zip), for a laptop room"
 	@echo "make feedback ZIP=NAME.zip   unpack the zip your instructor handed back into mywork/feedback/"
 	@echo "make hub CLASS_LIST=class.txt  a JupyterHub for the class on this machine (hub/), with the live board at /services/board/"
+	@echo "make loadtest   simulated attendees on a class hub (ATTENDEES=2 CORES_PER_ATTENDEE=1 LOADTEST_ARGS=--oversubscribe|--noisy): _build/loadtest/report.md"
 	@echo "make board RECORDS=folder   the live board of a class folder of check runs, on 127.0.0.1 (no hub); BOARD_HOST=0.0.0.0: a laptop room's checks post to it"
 	@echo "make grade-repeat CHECK=per_worker_zip N=20   one solution's check N times in one process, timed"
 	@echo "make release DEST=folder  the attendees' copy, without solutions/, as a new commit of the git repository DEST (SOLUTIONS=01,03: hand those out)"
@@ -260,6 +265,12 @@ test: setup-dev data system-deps hub-proxy
 BENCH_ARGS ?=
 bench: setup-dev data
 	$(PY) -m packlab.course.benchmark $(BENCH_ARGS)
+
+# Simulated attendees on a real class hub, through its REST and kernel APIs: start times, cell
+# times, verdicts, peak memory, every check on the board (packlab/course/hub/loadtest.py).
+# A measurement: run it on an otherwise idle machine.
+loadtest: setup-dev hub-proxy
+	$(PY) -m packlab.course.hub.loadtest --attendees $(or $(ATTENDEES),2) --cores-per-attendee $(or $(CORES_PER_ATTENDEE),1) $(LOADTEST_ARGS) --out $(or $(OUT),_build/loadtest)
 
 # The attendees' copy of the course: every tracked file but solutions/ and the tests, the
 # notebooks' headers as the pinned jupytext saves them, committed into the git repository

@@ -13,7 +13,10 @@ through JupyterHub's REST API only (no browser):
   and spawn workers, inside the job, in the sandbox where bubblewrap exists;
 * the check's record reaches ``records/ana/`` and the board's data, which the instructor
   reads through the hub;
-* stopping the server through the API cancels the job: ``squeue`` no longer lists it.
+* stopping the server through the API cancels the job: ``squeue`` no longer lists it;
+* stopping the hub stops its board service too, although the hub was started ignoring Ctrl+C
+  (SIGINT), as a shell script's background job or a pytest-xdist worker starts it
+  (:func:`packlab.course.hub.config.stop_children_at_interrupt`).
 
 Like the other Slurm tests it needs root and Debian's slurm-wlm and munge (``make
 system-deps``): skipped without them, failed under ``CI=true``. The unit tests at the top
@@ -47,6 +50,7 @@ SERVER_TIMEOUT = 240  # seconds for the job to start and JupyterLab to answer (t
 CELL_TIMEOUT = 300  # seconds for one cell; the check starts fork and spawn DataLoader workers on a busy machine
 BOARD_WITHIN = 30  # seconds from the check's end to its record on the board (it reads the records folder)
 STOP_TIMEOUT = 90  # seconds for the job to leave squeue after the server is stopped (Slurm's KillWait is 15 s here)
+HUB_STOP_TIMEOUT = 60  # seconds for the hub to stop its services, servers and proxy after SIGTERM
 
 
 # ------------------------------------------------------------------ the parts that need no cluster
@@ -81,6 +85,47 @@ def test_only_this_jobs_address_line_is_taken():
 def test_squeue_output_gives_the_state_or_none_once_the_job_is_gone():
     assert job_state("RUNNING\n") == "RUNNING"
     assert job_state("") is None and job_state("\n") is None
+
+
+def test_a_hub_started_ignoring_ctrl_c_starts_its_services_with_ctrl_c_back():
+    # The hub's process, started with SIGINT ignored, keeps ignoring it until JupyterHub handles it; the processes
+    # it starts (the board, the culler, attendees' servers) get Python's KeyboardInterrupt, so JupyterHub's first
+    # signal stops them. Without the call they inherit the ignoring (the control line).
+    probe = ("import signal, subprocess, sys\n"
+             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             "from packlab.course.hub.config import stop_children_at_interrupt\n"
+             "if sys.argv[1] == 'fixed':\n"
+             "    stop_children_at_interrupt()\n"
+             "signal.raise_signal(signal.SIGINT)  # the hub itself does not stop at it\n"
+             "child = subprocess.run([sys.executable, '-c', 'import signal; '\n"
+             "                        'print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)'],\n"
+             "                       capture_output=True, text=True, check=True)\n"
+             "print('alive', child.stdout.strip())\n")
+    seen = {case: subprocess.run([sys.executable, "-c", probe, case], capture_output=True, text=True, timeout=60)
+            for case in ("fixed", "control")}
+    assert seen["fixed"].returncode == 0 and seen["fixed"].stdout.split() == ["alive", "True"], seen["fixed"]
+    assert seen["control"].stdout.split() == ["alive", "False"], seen["control"]
+
+
+def _board_processes(folder: Path) -> list[int]:
+    """The board services of the hub in ``folder`` still running: their command line names its records folder."""
+    records, found = str(folder / "records"), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # a process that ended while we looked
+            args = [arg.decode(errors="replace") for arg in (entry / "cmdline").read_bytes().split(b"\0")]
+            if "packlab.course.hub.board" in args and records in args:
+                found.append(int(entry.name))
+    return found
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT (its ``SigIgn`` mask in /proc, bit 1 for signal 2)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+    raise AssertionError(f"no SigIgn line for process {pid}")
 
 
 def test_the_slurm_hub_configures_the_spawner_and_an_api_the_nodes_reach(tmp_path):
@@ -158,8 +203,11 @@ def slurm_hub(cluster, tmp_path_factory):  # noqa: F811 - cluster is the importe
     log_path = folder / "jupyterhub.log"
     env = cluster["env"]  # SLURM_CONF: the hub's sbatch, squeue and scancel reach the test's cluster
     with open(log_path, "wb") as log:
+        # As make hub runs it, in its folder; ignoring SIGINT, as a script's background job (or an xdist worker)
+        # starts it: JupyterHub stops its services with SIGINT first, and the teardown checks that they stop.
         hub = subprocess.Popen(cli.hub_command(config_file), cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)  # as make hub runs it, in its folder
+                               start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     base = f"http://127.0.0.1:{port}"
     try:
         import requests
@@ -174,12 +222,22 @@ def slurm_hub(cluster, tmp_path_factory):  # noqa: F811 - cluster is the importe
         yield {"base": base, "folder": folder, "passwords": passwords, "env": env, "log": log_path, "cores": cores,
                "sandboxed": sandboxed}
     finally:
-        for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 20)):
+        stopping = time.monotonic()
+        for sig, wait in ((signal.SIGTERM, HUB_STOP_TIMEOUT), (signal.SIGKILL, 20)):
             if hub.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(hub.pid, sig)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     hub.wait(timeout=wait)
+        print(f"the hub stopped {time.monotonic() - stopping:.1f} s after SIGTERM (status {hub.returncode})")
+        # JupyterHub starts its services in sessions of their own: a signal to the hub's group never reaches them,
+        # only the hub's own cleanup does. One left running is killed here, and the teardown fails.
+        left = _board_processes(folder)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert not left, (f"the board service (pids {left}) outlived the hub, which ended with status "
+                          f"{hub.returncode}. The hub's log:\n{log_path.read_text()[-3000:]}")
 
 
 def _log_in(base: str, name: str, password: str):
@@ -306,6 +364,10 @@ def test_an_attendees_server_is_a_slurm_job_that_runs_exercise_3s_check_onto_the
         return rows if rows and all(row["passed"] == ["ana"] for row in rows) else None
 
     rows = _wait(on_board, BOARD_WITHIN, "ana's check on the board", log)
+    boards = _board_processes(folder)
+    assert boards, "the board answered, so the teardown's search for it must find it"
+    # The hub was started ignoring SIGINT; JupyterHub stops the board with SIGINT first and waits 30 s before SIGTERM.
+    assert not any(_ignores_sigint(pid) for pid in boards), "the board inherited the hub's ignoring of SIGINT"
     assert {row["part"] for row in rows} == set(parts), (rows, parts)
     shown_after = time.monotonic() - checked
 

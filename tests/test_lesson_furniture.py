@@ -57,6 +57,27 @@ def test_every_chapter_has_objectives_key_points_predictions_and_captions(chapte
     assert not uncaptioned, f"figures without a caption: {[u[:60] for u in uncaptioned]}"
 
 
+def checkpoint_names(text: str) -> list[str]:
+    """The names a chapter passes to ``checkpoint(...)``, in order."""
+    return re.findall(r'^checkpoint\("([^"]+)"\)', text, re.M)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_chapter_tells_the_class_board_when_an_attendee_reaches_its_end(chapter):
+    """The board's checkpoint columns: one per chapter, named after it, in its last cell (hidden in the book)."""
+    text = chapter.read_text()
+    names = checkpoint_names(text)
+    assert f"ch{chapter.name[:2]}-end" in names, names
+    assert len(names) == len(set(names)), names
+    last_cell = text.rsplit("```{code-cell}", 1)[-1]
+    assert f'checkpoint("ch{chapter.name[:2]}-end")' in last_cell and "remove-input" in last_cell
+
+
+def test_the_checkpoint_rule_can_fail():
+    assert checkpoint_names('x\ncheckpoint("ch07-end")\n  checkpoint("no")\n') == ["ch07-end"]
+    assert checkpoint_names("no checkpoint here") == []
+
+
 def try_its(text: str) -> list[str]:
     """The bodies of a chapter's ``{admonition} Try it`` directives."""
     return re.findall(r"(?ms)^```\{admonition\} Try it\s*\n(.*?)^```", text)

@@ -53,6 +53,7 @@ TWO_SPREAD_HELPERS = [
     ("ch01.threads_sentence", lambda a: (a, BASE), ch01.threads_sentence),
     ("ch02.than", lambda a: (a, BASE, "the file"), ch02.than),
     ("ch02.rate_verdict", lambda a: (a, BASE), ch02.rate_verdict),
+    ("ch02.member_work_sentence", lambda a: (a, BASE), ch02.member_work_sentence),
     ("ch02.deflate_sentence", lambda a: (a, BASE), ch02.deflate_sentence),
     ("ch02.raw_readers_sentence", lambda a: (a, BASE, 60.0, 40.0), ch02.raw_readers_sentence),
     ("ch02.cold_sentence", lambda a: (a, BASE, BASE, BASE), ch02.cold_sentence),
@@ -101,6 +102,19 @@ def test_a_stat_sentence_prints_clearly_different_medians_differently():
     assert "no clear difference" in ch02.stat_sentence(warm, warm, warm)
     assert "clearly more than" in ch02.stat_sentence(warm, warm, Spread.of([v * 3 for v in warm]))
     assert "cannot drop" in ch02.stat_sentence(warm, None, None)
+
+
+def test_the_member_work_sentence_gives_the_factor_with_its_interval():
+    decode = Spread.of([3.1, 3.2, 3.0, 3.3, 3.15, 3.05])
+    convert = Spread.of([0.051, 0.052, 0.05, 0.053, 0.0515, 0.0505])
+    text = ch02.member_work_sentence(decode, convert)
+    assert text.startswith("3.12 ms against 0.051 ms per image (medians): the raw member clearly saves CPU work, "
+                           "a factor of 61.0 per image (decode ÷ convert, "), text
+    assert re.search(r"\(decode ÷ convert, [0-9.]+\u2013[0-9.]+x\)\.$", text), text
+    # medians that round alike get the decimals that tell them apart
+    close = ch02.member_work_sentence(Spread.of([0.0512, 0.0513, 0.0511]), Spread.of([0.0514, 0.0515, 0.0516]))
+    assert close.startswith("0.0512 ms against 0.0515 ms"), close
+    assert "too few runs for an interval" in close and "no clear difference" in close
 
 
 def test_cold_zip_sentence_names_the_levels_where_zipfile_was_slower():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from packlab.bench import Spread
 from packlab.ceiling import loader_vs_ceiling
 from packlab.course.narration import ch11
@@ -84,3 +86,25 @@ def test_a_null_end_to_end_result_still_shows_its_interval():
     assert "\u2013" in ch11.pays_sentence(ABOVE, CEILING, "Handing over uint8")  # ratio_words' interval
     summary = _figures(NOISY, CEILING, CEILING, CEILING)["summary_speedup"]
     assert "not a clear difference by the course's rule (interval " in summary and summary.endswith("x)")
+
+
+def test_the_draft_rule_carries_an_interval_for_each_verdict_it_states():
+    # full decode and draft in µs per image: on large sources draft is 3x cheaper, on small ones the same or not
+    full, draft = Spread.of([900, 910, 905, 920, 899, 903]), Spread.of([300, 310, 305, 290, 301, 303])
+    small_full = Spread.of([1000, 1010, 990, 1005, 995, 1002])
+    small_same = Spread.of([1001, 1011, 989, 1004, 996, 1003])
+    interval = r"[0-9.]+x, [0-9.]+\u2013[0-9.]+x"
+    rule = ch11.draft_rule(draft, full, small_same, small_full)
+    assert re.fullmatch(rf"So Pillow's `draft` pays where the source is at least twice the target in both directions "
+                        rf"\(full decode ÷ `draft`, {interval}\), and changes nothing below that "
+                        rf"\(full decode ÷ `draft`, {interval}\)\.", rule), rule
+    assert "(full decode ÷ `draft`, 3.00x, " in rule
+    dearer = ch11.draft_rule(draft, full, Spread.of(2 * v for v in small_full), small_full)
+    assert dearer.endswith("it was dearer (full decode ÷ `draft`, 0.50x, 0.49\u20130.51x)."), dearer
+    cheaper = ch11.draft_rule(draft, full, small_full, Spread.of(2 * v for v in small_full))
+    assert "it was cheaper, which `draft` alone cannot explain (full decode ÷ `draft`, 2.00x, " in cheaper, cheaper
+    assert cheaper.count("\u2013") == 2 and dearer.count("\u2013") == 2
+    null = ch11.draft_rule(full, full, small_full, small_full)
+    assert re.fullmatch(rf"On this run even the large sources did not show a clear gain from `draft` "
+                        rf"\(full decode ÷ `draft`, {interval}\): the machine was too busy to tell, or decoding is "
+                        rf"not what limits it here\.", null), null

@@ -13,5 +13,10 @@ accuracy of a trained model, while keeping everything else equal:
   and reports held-out accuracy, for several seeds at once on all cores;
 * :mod:`.orders` produces the schedules: a global permutation, the course's tar reader
   with a shuffle buffer (the real code, reading real shards), and the peers' shuffles;
-* :mod:`.echo` and :mod:`.mixing` build echoed schedules and mixed sources.
+* :mod:`.echo` and :mod:`.mixing` build echoed schedules and mixed sources;
+* :mod:`.patterns` generates a task where only the spatial pattern gives the class (the
+  colours are random per image), :mod:`.instrument` trains many seeds of a condition at once
+  as one grouped model, paired across conditions, and proves on a planted effect what it can
+  see, and :mod:`.paired` turns paired seeds into a difference in points with an interval, a
+  verdict and the smallest difference the comparison could have detected.
 """

@@ -260,8 +260,23 @@ def _check_core_readers(stage_times: dict[str, dict], root: Path) -> None:
     stage_times[eight]["exit_status"] = stage_times[eight]["exit_status"] or 1
 
 
+def compile_sources(root: Path) -> None:
+    """Write the bytecode of the course's own modules and tests once, before the phases start.
+
+    Where ``PYTHONDONTWRITEBYTECODE`` is set (as on CI machines and some images), no process
+    writes it, and each of the thousand-odd processes of a run (kernels, spawned workers,
+    graders) would compile ``packlab`` again; the environment's packages are compiled when
+    ``make setup`` installs them (``uv pip install --compile-bytecode``).
+    """
+    import compileall
+
+    for folder in ("packlab", "tests"):
+        compileall.compile_dir(root / folder, quiet=1, workers=0)
+
+
 def run(only: list[str], jobs: int, cell_timeout: int, extra: list[str]) -> int:
     root = paths.repo_root()
+    compile_sources(root)
     notebooks = convert_notebooks(root) if "notebooks" in only else []
     small = convert_notebooks(root, NBTEST_SMALL_DIR) if set(MACHINE_PHASES) & set(only) else []
     (root / CORE_READS_LOG).unlink(missing_ok=True)

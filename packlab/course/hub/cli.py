@@ -53,7 +53,9 @@ DEFAULT_COUNT = 2000
 #: Seconds without use before a server is stopped: 2.5 hours, so that a lunch break (an hour or more) stops nobody's.
 IDLE_TIMEOUT = 9000
 #: sbatch --mem per server: chapter 9's kernel and workers peaked at 4.1 GB (setup.md), plus JupyterLab beside them.
-DEFAULT_SLURM_MEMORY = "6G"
+DEFAULT_MEMORY_PER_ATTENDEE = "6G"
+#: Processes and threads per server (a cgroup's pids.max): 64 DataLoader workers fit, a fork bomb stops.
+DEFAULT_PIDS_PER_ATTENDEE = 2048
 #: What the hub runs to start, follow and stop the servers' jobs (``--spawner slurm``).
 SLURM_TOOLS = ("sbatch", "squeue", "scancel")
 #: The systemd unit ``make hub`` writes into the hub folder.
@@ -132,11 +134,12 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
             count: int | None = DEFAULT_COUNT, idle_timeout: int = IDLE_TIMEOUT, sandboxed: bool = True,
             proxy: Path = config.PROXY, log=print, cores_per_attendee: int = slices.DEFAULT_CORES_PER_ATTENDEE,
             oversubscribe: bool = False, ssl_cert: Path | None = None, ssl_key: Path | None = None,
-            slurm: dict | None = None) -> Path:
+            slurm: dict | None = None, memory: str | None = None, pids: int | None = None) -> Path:
     """Everything the hub needs in ``folder`` (see the module docstring); returns the JupyterHub config file.
 
     ``slurm``: the servers as Slurm jobs, ``{"partition", "memory", "time", "hub_address"}``
-    (:mod:`packlab.course.hub.slurm`); None: on this machine, in slices of its cores.
+    (:mod:`packlab.course.hub.slurm`); None: on this machine, in slices of its cores, and
+    (where the hub may make cgroups) within ``memory`` (``"6G"``) and ``pids`` processes each.
     """
     folder = Path(folder).resolve()
     if slurm is not None and (missing := [tool for tool in SLURM_TOOLS if shutil.which(tool) is None]):
@@ -176,8 +179,18 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
         elif len(people) > at_once:
             log(f"warning: past {at_once} servers the hub refuses to start more (the attendee's page says so); "
                 "--oversubscribe (HUB_ARGS) shares the slices instead, or --cores-per-attendee 1 halves them")
-        log("memory: no limit per attendee (no cgroup here); each process has the sandbox's address-space cap of "
-            f"{sandbox.DEFAULT_MEMORY_BYTES / 1024**3:.0f} GiB (prlimit --as)")
+        try:
+            if not (memory or pids):
+                raise slices.CgroupUnavailable("none asked for")
+            slices.own_cgroup("memory"), slices.own_cgroup("pids")
+        except slices.CgroupUnavailable as exc:
+            memory = pids = None
+            log(f"memory: no limit per attendee ({exc}); each process has the sandbox's address-space cap of "
+                f"{sandbox.DEFAULT_MEMORY_BYTES / 1024**3:.0f} GiB (prlimit --as)")
+        else:
+            log(f"memory: {memory} per attendee, all of a server's processes together, and at most {pids} processes "
+                "and threads (cgroups of their own; past the memory limit the kernel's OOM killer ends a notebook "
+                "kernel before JupyterLab)")
     if listens_beyond_loopback(url) and ssl_cert is None:
         log(f"warning: {url} is reachable from other machines over plain HTTP, passwords included: put the hub "
             "behind a TLS proxy (nginx, Caddy, the centre's), or give it --ssl-cert and --ssl-key")
@@ -205,6 +218,8 @@ def prepare(class_list: Path, folder: Path, url: str = DEFAULT_URL, release_repo
         "count": count,
         "cores_per_attendee": cores_per_attendee,
         "oversubscribe": oversubscribe,
+        "memory_per_attendee": memory if slurm is None else None,
+        "pids_per_attendee": pids if slurm is None else None,
         "ssl_cert": str(Path(ssl_cert).resolve()) if ssl_cert else None,
         "ssl_key": str(Path(ssl_key).resolve()) if ssl_key else None,
         "idle_timeout": idle_timeout,
@@ -251,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
                          "server is a Slurm job with --cpus-per-task=CORES_PER_ATTENDEE and --mem=MEM_PER_ATTENDEE")
     cluster.add_argument("--slurm-partition", default="", help="the partition of the servers' jobs (default: the "
                          "cluster's default partition)")
-    cluster.add_argument("--mem-per-attendee", default=DEFAULT_SLURM_MEMORY, help="sbatch --mem of each server's "
-                         f"job (default {DEFAULT_SLURM_MEMORY}: a chapter's kernel with its workers peaked at up to "
-                         "4.1 GB in chapter 9, setup.md, and JupyterLab runs in the same job)")
+    parser.add_argument("--mem-per-attendee", default=DEFAULT_MEMORY_PER_ATTENDEE, help="each attendee's server "
+                        "with everything it starts: a cgroup of its own on this machine (where the hub may make one), "
+                        f"sbatch --mem on a cluster (default {DEFAULT_MEMORY_PER_ATTENDEE}: a chapter's kernel with its "
+                        "workers peaked at up to 4.1 GB in chapter 9, setup.md, and JupyterLab runs beside it)")
+    parser.add_argument("--pids-per-attendee", type=int, default=DEFAULT_PIDS_PER_ATTENDEE, help="the most processes "
+                        f"and threads of one server at once, on this machine (default {DEFAULT_PIDS_PER_ATTENDEE}: "
+                        "a DataLoader of 64 workers fits, a fork bomb does not)")
     cluster.add_argument("--slurm-time", default="", help="sbatch --time of each server's job, e.g. 8:00:00 (default: "
                          "the partition's limit); a job past it is ended, files kept")
     cluster.add_argument("--hub-address", default=None, help="the name or address of this machine that the compute "
@@ -271,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         config_file = prepare(args.class_list, args.dir, args.url, args.release, args.count or None, args.idle_timeout,
                               not args.no_sandbox, cores_per_attendee=args.cores_per_attendee,
                               oversubscribe=args.oversubscribe, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key,
-                              slurm=slurm)
+                              slurm=slurm, memory=args.mem_per_attendee, pids=args.pids_per_attendee)
     except accounts.ClassListError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

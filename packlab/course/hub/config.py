@@ -1,8 +1,9 @@
 """The hub's JupyterHub configuration, from the settings ``python -m packlab.course.hub`` writes.
 
 ``<hub folder>/hub.json`` holds what changes from one class to the next (the address, the
-release, the dataset's size, the idle time); ``<hub folder>/jupyterhub_config.py`` is two
-lines that call :func:`configure` with that folder. Everything else is decided here:
+release, the dataset's size, the idle time); ``<hub folder>/jupyterhub_config.py`` calls
+:func:`stop_children_at_interrupt` and :func:`configure` with that folder. Everything else is
+decided here:
 
 * the login: :class:`~packlab.course.hub.server.ClassListAuthenticator`, the people of the
   class list only, instructors as admins;
@@ -24,6 +25,7 @@ lines that call :func:`configure` with that folder. Everything else is decided h
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -46,16 +48,43 @@ def free_port() -> int:
 
 
 def write(folder: Path, settings: dict) -> Path:
-    """Write ``hub.json`` and the two-line ``jupyterhub_config.py`` into ``folder``; return the config file."""
+    """Write ``hub.json`` and the ``jupyterhub_config.py`` that reads it into ``folder``; return the config file."""
     folder = Path(folder).resolve()
     (folder / SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
     config = folder / CONFIG
     config.write_text(
         "# Written by python -m packlab.course.hub; the settings are in hub.json beside it.\n"
-        "from packlab.course.hub.config import configure\n\n"
+        "from packlab.course.hub.config import configure, stop_children_at_interrupt\n\n"
+        "stop_children_at_interrupt()\n"
         f"configure(get_config(), {str(folder)!r})  # noqa: F821 - get_config is JupyterHub's\n"
     )
     return config
+
+
+def _ignore_interrupt(signum, frame) -> None:
+    """What the hub does with a Ctrl+C that arrives before JupyterHub installs its own handler: nothing."""
+
+
+def stop_children_at_interrupt() -> None:
+    """Let the processes the hub starts stop at its first signal, even where the hub ignores Ctrl+C (SIGINT).
+
+    JupyterHub stops each service (the board, the idle culler) with SIGINT and sends SIGTERM
+    only after ``interrupt_timeout``, 30 s, per service and one service after the other. A hub
+    started from a process that ignores SIGINT (a command put in the background by a shell
+    script, a pytest-xdist worker) passes the ignoring on to everything it starts, since an
+    ignored signal stays ignored across ``exec``; Python then installs no KeyboardInterrupt
+    handler, and each service waits out the 30 s. The hub took about 60 s to stop in such a
+    test, so a caller that waits a minute before SIGKILL left the board running: it sits in a
+    session of its own (JupyterHub starts services with ``start_new_session``), out of reach
+    of a signal to the hub's process group.
+
+    A handler that does nothing keeps the hub ignoring SIGINT until JupyterHub installs its
+    own (which then shuts the hub down cleanly), but a handler, unlike "ignore", is reset to
+    the default across ``exec``: the services and the attendees' servers get SIGINT back.
+    Called from the ``jupyterhub_config.py`` that :func:`write` writes, in the hub's process.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _ignore_interrupt)
 
 
 def configure(c, folder: str | Path) -> None:
@@ -93,6 +122,9 @@ def configure(c, folder: str | Path) -> None:
     c.CourseSpawner.cores_per_attendee = int(s.get("cores_per_attendee") or slices.DEFAULT_CORES_PER_ATTENDEE)
     c.CourseSpawner.oversubscribe = bool(s.get("oversubscribe", False))
     c.CourseSpawner.sandboxed = bool(s["sandboxed"])
+    # Limits on each server's processes together (cgroups: packlab.course.hub.slices.ServerCgroups); none when unset.
+    c.CourseSpawner.memory_limit = str(s.get("memory_per_attendee") or "")
+    c.CourseSpawner.pids_limit = int(s.get("pids_per_attendee") or 0)
     if s.get("spawner") == "slurm":
         # Each server a Slurm job on a compute node (packlab.course.hub.slurm); it must reach the hub's API, so that
         # listens on every address, and the servers are told the one the nodes reach (hub_address).

@@ -20,12 +20,19 @@ passwords (:mod:`packlab.course.hub.accounts`); instructors are the hub's admins
   start as many workers as the slice has cores. When every slice is taken the next server
   does not start, and the attendee's spawn page says why, unless the hub was told
   ``--oversubscribe`` (then slices are shared);
-* **memory**: this spawner sets no cgroup (it runs where there is no systemd, as on the
-  course's test machine); each process in the sandbox has an address-space cap
+* **memory and processes**: each process in the sandbox has an address-space cap
   (``prlimit --as``, :data:`packlab.course.sandbox.DEFAULT_MEMORY_BYTES`), which stops a
-  runaway allocation but not the sum of one attendee's processes. Where the hub machine
-  runs systemd, ``jupyterhub-systemdspawner`` (what The Littlest JupyterHub uses) puts each
-  server in a unit of its own with ``MemoryMax`` and ``CPUQuota``; this project does not use it;
+  runaway allocation but not the sum of one attendee's processes. With ``memory_limit``
+  and/or ``pids_limit`` set, the server also runs in cgroups of its own
+  (:class:`packlab.course.hub.slices.ServerCgroups`, cgroup v1, as root): a memory limit
+  for the server and everything it starts together, and a limit on their processes and
+  threads, so a fork bomb or a memory hog stays in its attendee's server; stopping the
+  server kills whatever it left in them. At the memory limit the OOM killer ends a kernel
+  before JupyterLab (an IPython startup file in the attendee's home raises each kernel's
+  ``oom_score_adj``, :data:`packlab.course.hub.slices.KERNEL_OOM_SCORE_ADJ`). Where the hub
+  machine runs systemd (cgroup v2), ``jupyterhub-systemdspawner`` (what The Littlest
+  JupyterHub uses) puts each server in a unit of its own with ``MemoryMax`` and
+  ``TasksMax``; this project does not use it;
 * **the course's JupyterLab settings** (installed into the shared environment by ``make hub``);
 * **every check recorded** for the board into ``records/<name>/`` (``PACKLAB_CLASS_RECORDS``);
 * **submissions** into the drop folder ``dropbox/<name>/exercises/`` (``make submit``);
@@ -92,10 +99,15 @@ class CourseSpawner(SimpleLocalProcessSpawner):
                                  help="the cores of each server's slice (its CPU affinity and PACKLAB_CORES)")
     oversubscribe = Bool(False, config=True, help="share slices when every one is taken, instead of refusing to start")
     sandboxed = Bool(True, config=True, help="run each server in bubblewrap's sandbox")
+    memory_limit = Unicode("", config=True, help="each server's memory, all its processes together (a cgroup), "
+                           "e.g. 6G; empty: no limit but the sandbox's address-space cap per process")
+    pids_limit = Integer(0, config=True, help="the most processes and threads a server may have at once (a cgroup's "
+                         "pids.max); 0: no limit")
 
     #: One allocator per hub (folder, slice size, oversubscription): every attendee's spawner shares it.
     _allocators: ClassVar[dict[tuple, slices.SliceAllocator]] = {}
     core_slice: slices.Slice | None = None  # the cores of the running server, None when stopped
+    cgroups: slices.ServerCgroups | None = None  # its memory and pids cgroups, None without limits or when stopped
 
     @property
     def allocator(self) -> slices.SliceAllocator:
@@ -127,6 +139,12 @@ class CourseSpawner(SimpleLocalProcessSpawner):
         release.copy_exercises(self.course)
         for folder in (self.records_folder, self.drop_folder, self.course / "data" / "packed"):
             folder.mkdir(parents=True, exist_ok=True)
+        if self.cgroups is not None and "memory" in self.cgroups.folders:
+            # Without it, a hog killed at the limit and started again at once met the limit before the dead one's
+            # memory was given back, and the OOM killer's next choice was JupyterLab (the load test's memory hog).
+            startup = Path(self.home_dir) / ".ipython" / "profile_default" / "startup" / "00-packlab-oom.py"
+            startup.parent.mkdir(parents=True, exist_ok=True)
+            startup.write_text(slices.KERNEL_OOM_STARTUP)
 
     @property
     def records_folder(self) -> Path:
@@ -176,9 +194,16 @@ class CourseSpawner(SimpleLocalProcessSpawner):
         return sandbox.command(self.box(), server) if self.sandboxed else server
 
     def command(self) -> list[str]:
-        """The server's command line: ``taskset -c SLICE`` around :meth:`server_command`."""
+        """The server's command line: ``taskset -c SLICE`` around :meth:`server_command`, entering its cgroups first."""
         # The affinity is set before prlimit and bwrap start, and every process they start inherits it.
-        return [shutil.which("taskset") or "taskset", "-c", self.core_slice.cpu_list(), *self.server_command()]
+        command = [shutil.which("taskset") or "taskset", "-c", self.core_slice.cpu_list(), *self.server_command()]
+        return self.cgroups.enter_command(command) if self.cgroups is not None else command
+
+    def limit(self) -> None:
+        """This server's cgroups, when the hub sets a memory or process limit (:class:`slices.CgroupUnavailable` if it cannot)."""
+        if self.memory_limit or self.pids_limit:
+            memory = slices.parse_size(self.memory_limit) if self.memory_limit else None
+            self.cgroups = slices.ServerCgroups.create(self.user.name, memory, self.pids_limit or None)
 
     async def start(self):
         # First the slice: a full hub refuses before cloning anything. NoSliceFree's message is what the
@@ -188,6 +213,7 @@ class CourseSpawner(SimpleLocalProcessSpawner):
             self.log.warning("%s shares cores %s with another server (--oversubscribe)", self.user.name,
                              self.core_slice.cpu_list())
         try:
+            self.limit()
             self.prepare()
             self.notebook_dir = str(self.course)
             self.cmd = self.command()
@@ -206,11 +232,16 @@ class CourseSpawner(SimpleLocalProcessSpawner):
         if self.core_slice is not None:
             self.allocator.release(self.user.name)
             self.core_slice = None
+        if self.cgroups is not None:
+            self.cgroups.remove()
+            self.cgroups = None
 
     def get_state(self):
         state = super().get_state()
         if self.core_slice is not None:
             state["slice"] = list(self.core_slice.cores)
+        if self.cgroups is not None:
+            state["cgroups"] = {controller: str(folder) for controller, folder in self.cgroups.folders.items()}
         return state
 
     def load_state(self, state):
@@ -218,6 +249,8 @@ class CourseSpawner(SimpleLocalProcessSpawner):
         super().load_state(state)
         if state.get("slice") and self.pid:
             self.core_slice = self.allocator.claim(self.user.name, tuple(state["slice"]))
+        if state.get("cgroups") and self.pid:
+            self.cgroups = slices.ServerCgroups({c: Path(folder) for c, folder in state["cgroups"].items()})
 
     def clear_state(self):
         """Called when the server has stopped or died, and before each start: its slice is free again."""

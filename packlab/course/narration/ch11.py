@@ -270,13 +270,24 @@ def gpu_sentence(status: str, measured: Mapping | None) -> str:
 
 
 def draft_rule(large_draft: Spread, large_full: Spread, small_draft: Spread, small_full: Spread) -> str:
-    """The lesson of the two draft measurements (large sources, ImageNet-sized sources), as far as they support it."""
+    """The lesson of the two draft measurements (large sources, ImageNet-sized sources), as far as they support it.
+
+    Each verdict carries its interval (:func:`packlab.bench.interval_note`), as the full decode's time
+    over ``draft``'s: above 1, ``draft`` saved time; a null result shows how large a saving the runs could
+    have missed."""
     large, small = compare(large_full, large_draft), compare(small_full, small_draft)
+    large_note = interval_note(large_full, large_draft)
+    small_note = interval_note(small_full, small_draft)
+    large_bracket = f"full decode ÷ `draft`, {large_note}" if large_note else ""
+    small_bracket = f"full decode ÷ `draft`, {small_note}" if small_note else ""
     if large > 0 and small == 0:
-        return ("So Pillow's `draft` pays where the source is at least twice the target in both directions, and "
-                "changes nothing below that.")
+        return (with_note("So Pillow's `draft` pays where the source is at least twice the target in both directions",
+                          large_bracket)
+                + with_note(", and changes nothing below that", small_bracket) + ".")
     if large > 0:
-        return "The reduced decode paid on the large sources; on the ImageNet-sized ones the runs say: " + (
-            "it was dearer." if small < 0 else "it was cheaper, which `draft` alone cannot explain.")
-    return ("On this run even the large sources did not show a clear gain from `draft`: the machine was too busy "
-            "to tell, or decoding is not what limits it here.")
+        return (with_note("The reduced decode paid on the large sources", large_bracket)
+                + "; on the ImageNet-sized ones the runs say: "
+                + with_note("it was dearer." if small < 0 else "it was cheaper, which `draft` alone cannot explain.",
+                            small_bracket))
+    return with_note("On this run even the large sources did not show a clear gain from `draft`", large_bracket) + (
+        ": the machine was too busy to tell, or decoding is not what limits it here.")
