@@ -256,14 +256,8 @@ def _api_token(session, base: str, name: str) -> str:
 
 def _execute(ws, code: str, timeout: float) -> tuple[str, str]:
     """Run ``code`` in the kernel behind websocket ``ws``; ``(the reply's status, the text it printed)``."""
-    msg_id = uuid.uuid4().hex
-    ws.send(json.dumps({
-        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "ana", "session": uuid.uuid4().hex,
-                   "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                    "allow_stdin": False, "stop_on_error": True},
-    }))
+    msg_id, request = loadtest.execute_request(code, "ana", uuid.uuid4().hex)
+    ws.send(request)
     printed, status, idle = [], None, False
     deadline = time.monotonic() + timeout
     while status is None or not idle:

@@ -108,6 +108,19 @@ def chapter1_cells(course: Path | None = None) -> list[str]:
     return [*sources[:last + 1], CHAPTER1_REPORT]
 
 
+def execute_request(code: str, username: str, session: str) -> tuple[str, str]:
+    """``(msg_id, message)``: the Jupyter messaging protocol's ``execute_request`` for ``code``, as a kernel's
+    websocket takes it (the replies that answer it carry ``msg_id`` as their parent's)."""
+    msg_id = uuid.uuid4().hex
+    return msg_id, json.dumps({
+        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": username, "session": session,
+                   "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                    "allow_stdin": False, "stop_on_error": True},
+    })
+
+
 def exercise3_cells(root: Path | None = None) -> list[str]:
     """Exercise 3's cells an attendee runs for the check: the imports of ``check``, the solved class, the check."""
     sources = _code_cells((root or paths.repo_root()) / "solutions" / "03_per_worker_zip.md")
@@ -439,14 +452,8 @@ class Kernel:
             # server's ping timeout was dropped by the server, while the proxy kept this end open (seen: a noisy
             # pass's cell sent into it and never answered). JupyterLab reconnects the same way.
             self.connect()
-        msg_id = uuid.uuid4().hex
-        self.ws.send(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": self.name, "session": self.session,
-                       "version": "5.3"},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True},
-        }))
+        msg_id, request = execute_request(code, self.name, self.session)
+        self.ws.send(request)
         printed, status, idle = [], None, False
         deadline = time.monotonic() + timeout
         while status is None or not idle:
