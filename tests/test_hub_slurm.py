@@ -264,20 +264,8 @@ def _execute(ws, code: str, timeout: float) -> tuple[str, str]:
         left = deadline - time.monotonic()
         assert left > 0, f"the cell did not finish within {timeout} s; so far:\n{''.join(printed)[-4000:]}"
         ws.settimeout(left)
-        message = json.loads(ws.recv())
-        if message.get("parent_header", {}).get("msg_id") != msg_id:
-            continue
-        kind, content = message["msg_type"], message["content"]
-        if kind == "stream":
-            printed.append(content["text"])
-        elif kind in ("execute_result", "display_data"):
-            printed.append(content["data"].get("text/plain", "") + "\n")
-        elif kind == "error":
-            printed.append("\n".join(content["traceback"]) + "\n")
-        elif kind == "execute_reply":
-            status = content["status"]
-        elif kind == "status" and content["execution_state"] == "idle":
-            idle = True
+        replied, done = loadtest.take_reply(json.loads(ws.recv()), msg_id, printed)
+        status, idle = replied or status, idle or done
     return status, "".join(printed)
 
 

@@ -121,6 +121,24 @@ def execute_request(code: str, username: str, session: str) -> tuple[str, str]:
     })
 
 
+def take_reply(message: dict, msg_id: str, printed: list[str]) -> tuple[str | None, bool]:
+    """One message from a kernel's websocket, for the execution ``msg_id``: what it printed goes onto ``printed``;
+    returns the ``execute_reply``'s status (None for other messages) and whether the kernel went idle after it.
+    Messages of other executions change nothing."""
+    if message.get("parent_header", {}).get("msg_id") != msg_id:
+        return None, False
+    kind, content = message.get("msg_type"), message.get("content", {})
+    if kind == "stream":
+        printed.append(content["text"])
+    elif kind in ("execute_result", "display_data"):
+        printed.append(content["data"].get("text/plain", "") + "\n")
+    elif kind == "error":
+        printed.append("\n".join(content["traceback"]) + "\n")
+    elif kind == "execute_reply":
+        return content["status"], False
+    return None, kind == "status" and content.get("execution_state") == "idle"
+
+
 def exercise3_cells(root: Path | None = None) -> list[str]:
     """Exercise 3's cells an attendee runs for the check: the imports of ``check``, the solved class, the check."""
     sources = _code_cells((root or paths.repo_root()) / "solutions" / "03_per_worker_zip.md")
@@ -471,18 +489,8 @@ class Kernel:
             kind, content = message.get("msg_type"), message.get("content", {})
             if kind == "status" and content.get("execution_state") in ("restarting", "dead"):
                 return "dead", "".join(printed) + f"\n[kernel {content['execution_state']}]"
-            if message.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if kind == "stream":
-                printed.append(content["text"])
-            elif kind in ("execute_result", "display_data"):
-                printed.append(content["data"].get("text/plain", "") + "\n")
-            elif kind == "error":
-                printed.append("\n".join(content["traceback"]) + "\n")
-            elif kind == "execute_reply":
-                status = content["status"]
-            elif kind == "status" and content.get("execution_state") == "idle":
-                idle = True
+            replied, done = take_reply(message, msg_id, printed)
+            status, idle = replied or status, idle or done
         return status, "".join(printed)
 
     def interrupt(self) -> None:
