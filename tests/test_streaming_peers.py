@@ -65,3 +65,38 @@ def test_a_second_write_of_the_same_samples_is_skipped(written):
     stamp = (folders["mds"] / "index.json").stat().st_mtime_ns
     assert streaming_peers.ensure_mds(root) == folders["mds"]
     assert (folders["mds"] / "index.json").stat().st_mtime_ns == stamp
+
+
+def test_an_mds_name_taken_by_another_job_between_looking_and_creating(written, monkeypatch):
+    # What failed make test once: two notebooks started an MDS dataset at the same moment, both
+    # found prefix N free, and the second one's creation of N_locals raised FileExistsError.
+    from multiprocessing import shared_memory
+
+    from streaming.base.shared import prefix
+
+    _, folders = written
+    looked = prefix._check_and_find_retrying
+    taken = []
+
+    def another_job_creates_it_first(streams_local, streams_remote, shm_name, retry):
+        found = looked(streams_local, streams_remote, shm_name, retry)
+        if not taken and shm_name == "locals":
+            taken.append(shared_memory.SharedMemory(f"{found:06}_locals", create=True, size=64))
+        return found
+
+    monkeypatch.setattr(prefix, "_check_and_find_retrying", another_job_creates_it_first)
+    try:
+        dataset = streaming_peers.mds_dataset(folders["mds"], batch_size=4)
+        assert taken and dataset._shm_prefix_int > int(taken[0].name.strip("/")[:6])
+    finally:
+        for segment in taken:
+            segment.close()
+            segment.unlink()
+
+
+def test_an_mds_name_never_free_is_a_clear_error():
+    def always_taken():
+        raise FileExistsError(17, "File exists", "/000003_locals")
+
+    with pytest.raises(RuntimeError, match=r"/dev/shm after 2 tries .*left over from killed ones"):
+        streaming_peers.registered_mds(always_taken, attempts=2)

@@ -157,3 +157,28 @@ def test_the_many_core_phases_cap_every_measurements_rounds_and_nothing_else_doe
     monkeypatch.setenv(bench.CRASH_TEST_ROUNDS_VAR, env[bench.CRASH_TEST_ROUNDS_VAR])
     runs = bench.interleaved({"a": lambda: 1.0, "b": lambda: 2.0, "c": lambda: 3.0})
     assert [len(s.values) for s in runs.values()] == [testrun.CRASH_TEST_ROUNDS] * 3
+
+
+def test_every_notebook_phase_ends_its_kernels_with_a_shutdown_request():
+    commands = testrun.phase_commands(4, 600, [], [])
+    for phase in ("notebooks", "notebooks-8-cores-user", "notebooks-16-cores-no-ptrace"):
+        assert "packlab.course.pytest_kernel_exit" in " ".join(commands[phase]), phase
+
+
+def test_a_kernel_ended_by_nbval_runs_its_exit_handlers(tmp_path):
+    # MDS removes its /dev/shm names in an atexit handler; nbval's own kill skipped it and left them behind.
+    import subprocess
+    import sys
+    import uuid
+
+    import nbformat
+
+    marker = tmp_path / f"exited-{uuid.uuid4().hex}"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        f"import atexit, pathlib\natexit.register(pathlib.Path({str(marker)!r}).touch)")])
+    nbformat.write(notebook, tmp_path / "exits.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path / "exits.ipynb"),
+                          "--nbval-lax", "--nbval-current-env", "-p", "packlab.course.pytest_kernel_exit",
+                          f"--rootdir={tmp_path}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert marker.exists(), "the kernel was killed before its atexit handlers ran"

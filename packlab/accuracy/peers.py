@@ -31,7 +31,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from packlab.accuracy.training import BATCH_SIZE
-from packlab.loaders.streaming_peers import _quiet_imports
+from packlab.loaders.streaming_peers import _quiet_imports, registered_mds
 
 COLUMNS = {"index": "int", "label": "int"}
 
@@ -105,8 +105,9 @@ def mds_order(folder: Path, seed: int, algo: str = "py1e", workers: int = 2, bat
     options = {"streams": streams} if streams is not None else {"local": str(folder)}
     if block is not None:
         options["shuffle_block_size"] = block
-    dataset = StreamingDataset(**options, shuffle=True, shuffle_seed=seed, shuffle_algo=algo, batch_size=batch_size,
-                               num_canonical_nodes=1, epoch_size=epoch_size)
+    dataset = registered_mds(lambda: StreamingDataset(**options, shuffle=True, shuffle_seed=seed, shuffle_algo=algo,
+                                                      batch_size=batch_size, num_canonical_nodes=1,
+                                                      epoch_size=epoch_size))
     return _read(dataset, workers, batch_size, column)
 
 

@@ -177,10 +177,13 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
     """The pytest command line of each phase."""
     # The 20 slowest tests or cells of each phase are listed at its end: where the time went.
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=20"]
+    # Every nbval run: kernels end with a shutdown request, as JupyterLab ends them (packlab.course.pytest_kernel_exit).
+    nbval = ["--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}",
+             "-p", "packlab.course.pytest_kernel_exit"]
+
     # The small-data notebooks (as "python -m pytest ...", the first word left out for the normal account's Python).
     def nbval_args(notebooks: list[Path]) -> list[str]:
-        return ["-m", "pytest", "-p", "no:cacheprovider", "--durations=20", *map(str, notebooks),
-                "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}"]
+        return ["-m", "pytest", "-p", "no:cacheprovider", "--durations=20", *map(str, notebooks), *nbval]
 
     small_notebooks = small_notebooks or []
     return {
@@ -190,8 +193,7 @@ def phase_commands(jobs: int, cell_timeout: int, notebooks: list[Path],
         # Two at a time on two cores or more, each with a core of its own: these tests time fakes that
         # mostly sleep, and go wrong only when a crowd of other tests delays them.
         "serial": [*pytest, "tests", "-m", "serial and not needs_book", "-n", str(SERIAL_JOBS)],
-        "notebooks": [*pytest, *map(str, notebooks), "--nbval-lax", "--nbval-current-env",
-                      f"--nbval-cell-timeout={cell_timeout}", "-p", "packlab.course.pytest_book_cache"],
+        "notebooks": [*pytest, *map(str, notebooks), *nbval, "-p", "packlab.course.pytest_book_cache"],
         # The browser tests (the book, JupyterLab, the class hub) mostly wait on a browser: one file per process.
         # Its own temporary folder: it runs beside the unit tests' session.
         "browser": [*pytest, "tests", "-m", "needs_book", "-p", "packlab.course.pytest_book_cache",

@@ -126,6 +126,37 @@ def _item(row: dict, transform: Callable, with_key: bool):
     return (image, int(row["cls"]), row["key"]) if with_key else (image, int(row["cls"]))
 
 
+#: How many times :func:`registered_mds` builds an MDS dataset before giving up.
+MDS_REGISTRATION_ATTEMPTS = 20
+
+
+def registered_mds(make: Callable, attempts: int = MDS_REGISTRATION_ATTEMPTS):
+    """``make()`` (which builds an MDS ``StreamingDataset``), again if another job took its shared-memory name.
+
+    Every MDS dataset registers itself in ``/dev/shm`` under a numbered prefix
+    (``000042_locals`` and five more). ``streaming/base/shared/prefix.py`` picks the number by
+    walking the names that exist from 0 upwards and taking the first free one, then creates
+    it: looking and creating are two steps, so two jobs that start a dataset at the same
+    moment on one machine (two notebooks on a hub, two ranks of different jobs) can pick the
+    same number, and the second one's ``__init__`` fails with ``FileExistsError`` before it
+    has created anything. Building it again picks the next free number.
+    """
+    import random
+    import time
+
+    for attempt in range(attempts):
+        try:
+            return make()
+        except FileExistsError as error:
+            if attempt == attempts - 1:
+                raise RuntimeError(
+                    f"MDS could not register its shared memory in /dev/shm after {attempts} tries ({error}): "
+                    "other jobs on this machine keep taking the same names. Start this one again when they "
+                    "have started; if no MDS job is running, the names are left over from killed ones, and "
+                    "removing /dev/shm/[0-9]*_* frees them.") from error
+            time.sleep(random.uniform(0.01, 0.2))  # apart from the job that took the name, so the next look differs
+
+
 def mds_dataset(folder: Path, batch_size: int = 64, seed: int = 0, shuffle: bool = True,
                 transform: Callable = decode_and_resize, with_key: bool = False, shuffle_algo: str = "py1e",
                 **options):
@@ -142,8 +173,8 @@ def mds_dataset(folder: Path, batch_size: int = 64, seed: int = 0, shuffle: bool
         def get_item(self, index: int, retry: int = 7):
             return _item(super().get_item(index, retry), transform, with_key)
 
-    return Images(local=str(folder), batch_size=batch_size, shuffle=shuffle, shuffle_seed=seed,
-                  shuffle_algo=shuffle_algo, **options)
+    return registered_mds(lambda: Images(local=str(folder), batch_size=batch_size, shuffle=shuffle, shuffle_seed=seed,
+                                         shuffle_algo=shuffle_algo, **options))
 
 
 def mds_loader(folder: Path, workers: int = 2, batch_size: int = 64, seed: int = 0,
