@@ -18,7 +18,8 @@ printed top from the verdict beside it.
 
 The orders themselves come from the readers: :mod:`packlab.accuracy.orders` (the course's
 tar reader over class-sorted shards) and :mod:`packlab.accuracy.peers` (MDS and LitData over
-copies that hold only labels). Chapter 12 compares their mixing; chapter 13 their accuracy.
+copies that hold only labels). Chapter 12 compares their mixing; chapter 13 their accuracy (and, with
+:func:`batch_class_entropy`, the mix of each batch trained on).
 """
 
 from __future__ import annotations
@@ -80,3 +81,21 @@ def band_decimals(values: Sequence[float], top: float, at_least: int = 2) -> int
         if all((round(v, decimals) <= shown_top) == (v <= top) for v in values):
             return decimals
     return 8
+
+
+def batch_class_entropy(batches: Sequence[Sequence[int]], labels: Sequence[int], num_classes: int = 10) -> float:
+    """The mean, over ``batches`` (index arrays), of the entropy in bits of each batch's class mix.
+
+    What a BatchNorm layer and one gradient step see: a batch of one class has entropy 0, a
+    batch with every class equally often ``log2(num_classes)`` (3.32 bits for ten). Random
+    batches of 64 from ten balanced classes average about 3.1: a batch is a small sample.
+    Unlike :func:`label_mixing`, which looks at stretches of the stream, this looks at the
+    exact groups that were trained on together.
+    """
+    labels = np.asarray(labels)
+    entropies = []
+    for batch in batches:
+        counts = np.bincount(labels[np.asarray(batch, dtype=np.int64)], minlength=num_classes)
+        shares = counts[counts > 0] / counts.sum()
+        entropies.append(float(-(shares * np.log2(shares)).sum()))
+    return float(np.mean(entropies))

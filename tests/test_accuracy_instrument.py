@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from packlab.accuracy import instrument, paired, patterns
+from packlab.accuracy import conditions, instrument, paired, patterns
 from packlab.accuracy.pixels import SmallImages
 from packlab.accuracy.training import epochs_of, global_order
 
@@ -98,7 +98,7 @@ def test_a_planted_one_point_cost_is_found_and_identical_recipes_are_not():
     # The chapter's recipe (2,000 training images, 6 epochs), with a pool of 20 seeds judged 10 at a time instead of
     # 48 judged 12 at a time, so that CI can afford it.
     train, holdout = patterns.pattern_images(2000, seed=0), patterns.pattern_images(5000, seed=1)
-    planted = instrument.planted_effect_power(train, holdout, 0.03, seeds=10, pool=20, draws=400, together=10)
+    planted = conditions.planted_effect_power(train, holdout, 0.03, seeds=10, pool=20, draws=400, together=10)
     assert 0.5 <= planted.cost <= 1.5
     assert planted.found >= 0.8
     assert planted.false_clear <= 0.02
@@ -106,5 +106,5 @@ def test_a_planted_one_point_cost_is_found_and_identical_recipes_are_not():
     quarter = instrument.train_condition(train, holdout, instrument.shuffled_epochs(len(train)), range(20),
                                          lambda seed: instrument.flipped_labels(train.labels, 0.0075, seed),
                                          together=10)
-    found_quarter, _ = instrument.clear_share(planted.clean, quarter, 10, 400, direction=+1)
+    found_quarter, _ = conditions.clear_share(planted.clean, quarter, 10, 400, direction=+1)
     assert found_quarter < 0.8

@@ -176,6 +176,20 @@ class SeededFromTheClock(Reader):
         return random.Random()
 
 
+class RepeatsItsChoicesEveryEpoch(Reader):
+    """Seeds its generator from the seed and the worker only: a new shard order each epoch, the same draws."""
+
+    def generator(self, epoch, worker):
+        return random.Random(f"{self.seed}-{worker}")
+
+
+class NoBuffer(Reader):
+    """Interleaves its open shards and yields each sample as drawn: no shuffle buffer."""
+
+    def buffered(self, samples, rng):
+        return samples
+
+
 class LeavesShardsOpen(Reader):
     """Reads each shard with tarfile over the opened stream, and keeps every stream it opened, never closed."""
 
@@ -245,6 +259,8 @@ def outcome(candidate, parts: list[str]) -> dict[str, bool]:
     (IgnoresTheOpener, ["open_shards"], ["one_process"]),
     (SeededFromTheClock, ["epochs"], ["one_process"]),
     (LeavesShardsOpen, ["open_shards"], ["one_process"]),
+    (RepeatsItsChoicesEveryEpoch, ["epochs"], ["one_process", "two_workers"]),
+    (NoBuffer, ["bounded_buffer"], ["one_process", "open_shards"]),
 ], ids=lambda value: getattr(value, "__name__", None))
 def test_a_wrong_reader_fails_the_part_it_breaks(candidate, broken, intact):
     passed = outcome(candidate, broken + intact)

@@ -1,73 +1,70 @@
-"""Chapter 13's sentences follow the course's verdicts: "clearly" only where bench.compare says so."""
+"""Chapter 13's sentences follow the paired verdicts: "clearly" only where the interval leaves out 0, and every
+null with the smallest difference it could have seen."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from packlab.accuracy.training import RunResult
-from packlab.bench import Spread
+from packlab.accuracy.conditions import RECALIBRATED, PlantedEffect
 from packlab.course.narration import ch13
 
-GLOBAL = Spread.of([97.0, 97.5, 96.8, 97.9, 96.5])
-SAME = Spread.of([96.9, 97.6, 96.4, 97.8, 97.0])
-WORSE = Spread.of([14.0, 20.0, 9.0, 22.0, 12.0])
+RNG = np.random.default_rng(4)
+BASE = 90 + RNG.normal(0, 1.0, 12)
 
 
-def test_order_sentences_name_what_was_clearly_worse_and_the_first_buffer_that_was_not():
-    accuracy = {"global permutation": GLOBAL, "shuffled shards, no buffer": SAME,
-                "class-sorted shards, shard order only": WORSE, "class-sorted shards, buffer 100": WORSE,
-                "class-sorted shards, buffer 1,000": SAME}
-    mixing = {**{name: {"mixing": 0.1, "mixes_like_a_permutation": True} for name in accuracy},
-              "class-sorted shards, buffer 1,000": {"mixing": 0.1304, "mixes_like_a_permutation": False},
-              "random permutation": {"mixing": 0.1, "band_top": 0.1296, "mixes_like_a_permutation": True}}
-    figures = ch13.order_figures(accuracy, mixing, "global permutation")
-    assert "class-sorted shards, shard order only and class-sorted shards, buffer 100 trained a clearly worse" in \
-        figures["order_sentence"]
-    assert "buffer 1,000" in figures["buffer_sentence"] and "not clearly worse" in figures["buffer_sentence"]
-    # chapter 12's standard, printed so that rounding cannot put the value on the band's side (review B9)
-    assert "label mixing 0.1304, not mixed: above the permutations' 0.1296" in figures["buffer_sentence"]
-    assert "no clear difference" in figures["shuffled_sentence"]
-    assert figures["key_order"].startswith("On class-sorted shards, buffer 1,000 was the smallest")
-    rows = ch13.order_rows(accuracy, mixing, "global permutation")
-    assert [r["against the global permutation"].split(" (")[0] for r in rows] == [
-        "reference", "no clear difference", "clearly worse", "clearly worse", "no clear difference"]
-    nothing = ch13.order_figures({"global permutation": GLOBAL, "shuffled shards, no buffer": SAME},
-                                 mixing, "global permutation")
-    assert nothing["order_sentence"].startswith("No order trained a clearly worse model")
+def _near(shift: float, noise: float = 0.2) -> np.ndarray:
+    return BASE + shift + np.random.default_rng(int(1000 * abs(shift)) + 1).normal(0, noise, 12)
 
 
-def _run(final: float, curve: list[tuple[int, int, float]]) -> RunResult:
-    return RunResult(final, curve)
+def _planted(found: float, false_clear: float) -> PlantedEffect:
+    return PlantedEffect(0.03, 12, 24, 2000, 1.04, found, false_clear, 0.7, 90.0,
+                         clean=np.r_[BASE, BASE], repeat=np.r_[_near(0.0), _near(0.0)],
+                         flipped=np.r_[_near(-1.0), _near(-1.0)])
 
 
-def test_echo_sentences_follow_the_verdict_on_time():
-    slow = [_run(0.9, [(10, 640, 0.5), (20, 1280, 0.8), (30, 1920, 0.9)]) for _ in range(5)]
-    fast = [_run(0.95, [(10, 320, 0.6), (20, 640, 0.86), (30, 960, 0.95)]) for _ in range(5)]
-    never = [_run(0.5, [(10, 320, 0.4), (20, 640, 0.5)]) for _ in range(5)]
-    runs = {"no echo": slow, "example echo 2": fast, "batch echo 4": never}
-    target = 0.85
-    figures = ch13.echo_figures(runs, target, loader_rate=100.0, model_rate=2000.0)
-    assert "example echo 2 reached 85 % clearly sooner" in figures["echo_sentence"]
-    assert "batch echo 4 clearly later" in figures["echo_sentence"]
-    assert "3.00 times fewer" in figures["echo_fresh_sentence"]
-    rows = ch13.echo_rows(runs, target, 100.0, 2000.0)
-    assert rows[2]["modelled seconds to it"].startswith("not reached")
-    assert ch13.echo_target(slow) == 0.85
+def test_the_instrument_sentences_state_its_power_and_its_false_alarms():
+    good = ch13.instrument_figures(_planted(0.97, 0.011), 12)
+    assert "clearly lower: -1.0 points" in good["planted_sentence"]
+    assert "no clear difference" in good["planted_sentence"] and "could have seen" in good["planted_sentence"]
+    assert "found that cost in 97 % of the draws (the 80 % asked of it)" in good["power_sentence"]
+    assert "different in 1.1 % (at most the 2 %" in good["power_sentence"]
+    weak = ch13.instrument_figures(_planted(0.55, 0.04), 12)
+    assert "less than the 80 % asked of it" in weak["power_sentence"]
+    assert "more than the 2 %" in weak["power_sentence"]
 
 
-def test_storage_and_mix_sentences():
-    from packlab.accuracy.pixels import SmallImages
+def _orders(recovered: bool) -> dict:
+    sorted_shards = _near(-3.0)
+    return {"global permutation": BASE, "global permutation" + RECALIBRATED: BASE + 0.1,
+            "shuffled shards, no buffer": _near(0.0), "shuffled shards, no buffer" + RECALIBRATED: _near(0.1),
+            "class-sorted shards": sorted_shards,
+            "class-sorted shards" + RECALIBRATED: _near(0.0) if recovered else _near(-2.0)}
 
-    images = SmallImages(np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4, np.int64), list("abcd"))
-    noisy = SmallImages(np.full((4, 8, 8, 3), 3, np.uint8), np.zeros(4, np.int64), list("abcd"))
-    stored = {"originals": (images, 100.0), "q90": (noisy, 20.0), "q10": (noisy, 5.0)}
-    figures = ch13.storage_figures(stored, {"originals": GLOBAL, "q90": SAME, "q10": WORSE}, "originals")
-    assert "q90 trained no clearly different model" in figures["storage_sentence"]
-    assert "q10 trained a clearly worse one" in figures["storage_sentence"]
-    assert figures["key_storage"] == "Q10 cost accuracy clearly."
-    even = [np.tile([0, 0, 1], 40)] * 3
-    random = [np.array([0, 1] * 10 + [0] * 100), np.array([1] * 30 + [0] * 100)]
-    mix = ch13.mix_figures({"ours": even, "random": random}, source=1, share=1 / 3, window=30)
-    assert "ours 33–33 %" in mix["mix_sentence"] and "with random" in mix["mix_sentence"]
-    assert mix["key_mix"].startswith("Ours kept every stretch")
-    assert ch13.resume_sentence([1, 2], [3], [1, 2, 3], {"epoch": 0, "delivered": 2}).endswith("sample for sample.")
+
+def test_order_sentences_say_what_cost_accuracy_and_whether_batchnorm_explains_it():
+    entropy = {"global permutation": 3.1, "shuffled shards, no buffer": 3.1, "class-sorted shards": 0.4}
+    recovered = ch13.order_figures(_orders(True), "global permutation", entropy)
+    assert "class-sorted shards trained clearly less accurate models" in recovered["order_sentence"]
+    assert "for shuffled shards, no buffer the seeds show no clear difference" in recovered["order_sentence"]
+    assert "could have seen" in recovered["order_sentence"]
+    assert "no longer fell clearly short" in recovered["norm_sentence"]
+    assert recovered["key_order"].startswith("Here class-sorted shards clearly cost accuracy (0.40 bits")
+    assert "recomputing BatchNorm's statistics recovered it" in recovered["key_order"]
+    kept = ch13.order_figures(_orders(False), "global permutation", entropy)
+    assert "still fell clearly short" in kept["norm_sentence"] and "recovered" not in kept["key_order"]
+    rows = ch13.order_rows(_orders(True), "global permutation", {
+        **{n: {"mixing": 0.1, "mixes_like_a_permutation": True} for n in entropy},
+        "random permutation": {"mixing": 0.1, "band_top": 0.13, "mixes_like_a_permutation": True}}, entropy)
+    assert [r["order"] for r in rows] == list(entropy)
+    assert rows[0]["minus the global permutation, points"] == "reference"
+    assert "could have seen" in rows[1]["minus the global permutation, points"]
+    assert rows[2]["the same, BN recalibrated"].startswith("+") or rows[2]["the same, BN recalibrated"].startswith("-")
+    none = ch13.order_figures({"global permutation": BASE, "shuffled": _near(0.0)}, "global permutation",
+                              {"global permutation": 3.1, "shuffled": 3.1})
+    assert none["key_order"].startswith("No order here clearly cost accuracy")
+
+
+def test_mds_rows_say_how_much_of_the_set_the_window_covers():
+    rows = ch13.mds_rows({"one node": {"num_canonical_nodes": 1, "shuffle_block_size": 4_000_000},
+                          "scaled": {"num_canonical_nodes": 1, "shuffle_block_size": 409}}, 2000)
+    assert rows[0]["window over this set"] == "all of it" and rows[1]["window over this set"] == "20%"

@@ -1,4 +1,4 @@
-"""What the loader's shortcuts cost the model, measured as accuracy (chapter 13).
+"""What the loader's shortcuts cost the model, measured as accuracy (chapters 13 and 14).
 
 Every shortcut the course teaches for speed changes what the model sees: the order of the
 samples (a shuffle buffer instead of a global permutation), their pixels (a second lossy
@@ -16,7 +16,8 @@ accuracy of a trained model, while keeping everything else equal:
 * :mod:`.echo` and :mod:`.mixing` build echoed schedules and mixed sources;
 * :mod:`.patterns` generates a task where only the spatial pattern gives the class (the
   colours are random per image), :mod:`.instrument` trains many seeds of a condition at once
-  as one grouped model, paired across conditions, and proves on a planted effect what it can
-  see, and :mod:`.paired` turns paired seeds into a difference in points with an interval, a
-  verdict and the smallest difference the comparison could have detected.
+  as one grouped model, paired across conditions, :mod:`.conditions` runs several conditions
+  on all cores and proves on a planted effect what the instrument can see, and :mod:`.paired`
+  turns paired seeds into a difference in points with an interval, a verdict and the
+  smallest difference the comparison could have detected.
 """

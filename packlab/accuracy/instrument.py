@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from packlab.accuracy.paired import paired_difference
 from packlab.accuracy.pixels import SmallImages
 from packlab.accuracy.training import BATCH_SIZE, as_float, epochs_of, global_order
 
@@ -141,8 +139,12 @@ def _stack(images: torch.Tensor, indices: Sequence[np.ndarray]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def bank_accuracy(bank: SeedBank, holdout: SmallImages, batch: int = 1000) -> np.ndarray:
-    """Held-out accuracy (0..1) of every seed of ``bank``, in evaluation mode (BatchNorm's running statistics)."""
+def bank_accuracy(bank: SeedBank, holdout: SmallImages, batch: int = 128) -> np.ndarray:
+    """Held-out accuracy (0..1) of every seed of ``bank``, in evaluation mode (BatchNorm's running statistics).
+
+    ``batch`` images at a time: with 24 seeds a batch of 1,000 makes activations of tens of
+    megabytes that no cache holds, and took twice as long per image as batches of 128.
+    """
     was_training = bank.training
     bank.eval()
     images, labels = as_float(holdout.pixels), torch.from_numpy(np.asarray(holdout.labels))
@@ -284,84 +286,3 @@ def train_condition(train: SmallImages, holdout: SmallImages, schedule: Callable
         overrides = None if labels is None else np.stack([labels(seed) for seed in group])
         out.append(train_seeds(train, holdout, schedules, group, overrides, **options))
     return 100 * np.concatenate(out)
-
-
-@dataclass(frozen=True)
-class PlantedEffect:
-    """What the instrument makes of a planted effect (see :func:`planted_effect_power`); accuracies in %.
-
-    ``cost``: how much the flipped labels cost, in points (mean over the pool's seeds of clean
-    minus flipped); ``found``: the share of ``seeds``-seed comparisons that called the cost
-    clear (and in the right direction); ``false_clear``: the share of comparisons of two
-    identical recipes called clear; ``detectable``: the median smallest detectable difference
-    of the clean-against-flipped comparisons; ``accuracy``: the clean condition's mean.
-    """
-
-    flip_share: float
-    seeds: int
-    pool: int
-    draws: int
-    cost: float
-    found: float
-    false_clear: float
-    detectable: float
-    accuracy: float
-    clean: np.ndarray = field(repr=False)
-    repeat: np.ndarray = field(repr=False)
-    flipped: np.ndarray = field(repr=False)
-
-
-def clear_share(a: np.ndarray, b: np.ndarray, seeds: int, draws: int, seed: int = 0,
-                direction: int = 0) -> tuple[float, float]:
-    """``(share called clear, median detectable difference)`` over ``draws`` random ``seeds``-subsets of the pool.
-
-    ``a[i]`` and ``b[i]`` are seed ``i`` in the two conditions; each draw picks ``seeds``
-    of the pool's seeds without replacement and judges them with :func:`.paired.paired_difference`.
-    ``direction=+1`` counts only "A clearly above B" (a found effect must point the right way),
-    ``0`` any clear verdict.
-    """
-    rng = np.random.default_rng([seed, seeds, 0xD2A3])
-    clear, detectable = 0, []
-    for _ in range(draws):
-        chosen = rng.choice(len(a), size=seeds, replace=False)
-        verdict = paired_difference(a[chosen], b[chosen])
-        clear += verdict.clear and (direction == 0 or np.sign(verdict.estimate) == direction)
-        detectable.append(verdict.detectable)
-    return float(clear / draws), float(np.median(detectable))
-
-
-def planted_effect_power(train: SmallImages, holdout: SmallImages, flip_share: float, *, seeds: int = SEEDS,
-                         pool: int = 48, draws: int = 2000, epochs: int = EPOCHS, together: int = SEEDS,
-                         flipped_order: int = 0, **options) -> PlantedEffect:
-    """Can the instrument see a known cost? Plant one, and count how often ``seeds`` paired seeds find it.
-
-    Three conditions are trained for every seed of a pool of ``pool`` seeds: *clean* (the
-    true labels, shuffle draw 0), *repeat* (the same recipe with its own randomness drawn
-    again: shuffle draw 1) and *flipped* (``flip_share`` of the training labels changed to
-    another class). The flipped condition shuffles with draw ``flipped_order``: 0, the clean
-    condition's own shuffle, makes the labels the only difference, as between two stored
-    forms of the same images trained in the same order; any other draw adds a different
-    order, as between two loaders' orders, and the seeds' paired differences spread wider.
-    Then ``draws`` random subsets of ``seeds`` seeds are
-    judged as a chapter would judge them: the share of subsets where clean beats flipped
-    clearly is the power to find a cost of that size; the share where clean and repeat
-    differ clearly is the false-clear rate, to hold to about
-    :data:`packlab.bench.FALSE_CLEAR_RATE` (2 %).
-
-    This is a **resampling estimate from one pool**: the subsets share seeds, so the
-    shares are those of this pool, not of endless fresh seeds, and their precision is
-    limited by ``pool`` more than by ``draws``. Training ``draws`` x ``seeds`` fresh runs
-    per condition instead would cost hundreds of times more. ``options`` go to
-    :func:`train_seeds` (``norm``, ``width``, ``learning_rate``).
-    """
-    size = len(train)
-    pool_seeds = range(pool)
-    clean = train_condition(train, holdout, shuffled_epochs(size, 0, epochs), pool_seeds, together=together, **options)
-    repeat = train_condition(train, holdout, shuffled_epochs(size, 1, epochs), pool_seeds, together=together, **options)
-    flipped = train_condition(train, holdout, shuffled_epochs(size, flipped_order, epochs), pool_seeds,
-                              lambda seed: flipped_labels(train.labels, flip_share, seed),
-                              together=together, **options)
-    found, detectable = clear_share(clean, flipped, seeds, draws, direction=+1)
-    false_clear, _ = clear_share(clean, repeat, seeds, draws)
-    return PlantedEffect(flip_share, seeds, pool, draws, float(np.mean(clean - flipped)), found, false_clear,
-                         detectable, float(np.mean(clean)), clean, repeat, flipped)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from packlab import data, pack, paths
+from packlab.accuracy.pixels import SmallImages
 from packlab.accuracy.training import BATCH_SIZE
 from packlab.loaders.tar import TarShardDataset, skip_decode
 
@@ -44,6 +45,42 @@ def shard_copy(samples: Sequence[data.Sample], name: str, per_shard: int, class_
         ordered = sorted(samples, key=lambda s: (s.label, s.key)) if class_sorted else list(samples)
         pack.write_tar_shards(folder, samples=ordered, root=root, maxcount=per_shard, shuffle=not class_sorted,
                               seed=0, progress=False)
+        done.touch()
+    return sorted(folder.glob("shard-*.tar"))
+
+
+def image_shards(images: SmallImages, name: str, per_shard: int, class_sorted: bool,
+                 root: Path | None = None) -> list[Path]:
+    """Tar shards of generated images (:mod:`.patterns`), ``per_shard`` to a shard, cached under ``packed/accuracy/``.
+
+    The same layout as the course's shards (``<key>.cls`` then ``<key>.jpg``, the image as a
+    JPEG), so the course's :class:`~packlab.loaders.TarShardDataset` reads them as it reads any.
+    ``class_sorted=True`` writes them class by class (a shard holds one class, or two where
+    a class ends), ``False`` in a shuffled order, as chapter 5 teaches.
+    """
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    folder = copy_folder(f"{name}-{len(images)}-{per_shard}", root)
+    done = folder / ".complete"
+    if not done.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("shard-*.tar"):
+            old.unlink()
+        labels = np.asarray(images.labels)
+        order = (np.argsort(labels, kind="stable") if class_sorted
+                 else np.random.default_rng(0).permutation(len(images)))
+        for number, start in enumerate(range(0, len(order), per_shard)):
+            with tarfile.open(folder / f"shard-{number:06d}.tar", "w") as shard:
+                for i in order[start : start + per_shard]:
+                    encoded = io.BytesIO()
+                    Image.fromarray(images.pixels[i]).save(encoded, format="JPEG", quality=95)
+                    for suffix, payload in (("cls", str(int(labels[i])).encode()), ("jpg", encoded.getvalue())):
+                        member = tarfile.TarInfo(f"{images.keys[i]}.{suffix}")
+                        member.size = len(payload)
+                        shard.addfile(member, io.BytesIO(payload))
         done.touch()
     return sorted(folder.glob("shard-*.tar"))
 

@@ -39,7 +39,7 @@ the paired t-test's power formula (``t(p, df)``: Student's quantile; ``alpha``: 
 ``power``: 80 %), widened by the signed-rank test's efficiency relative to the t-test on
 normally spread differences (3 / pi, about 0.95: the signed-rank test needs about 5 % more
 seeds for the same power). It is an approximation: it takes the observed ``sd`` for the
-true one. :func:`packlab.accuracy.instrument.planted_effect_power` checks it on planted effects.
+true one. :func:`packlab.accuracy.conditions.planted_effect_power` checks it on planted effects.
 """
 
 from __future__ import annotations

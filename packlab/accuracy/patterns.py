@@ -36,6 +36,9 @@ from packlab.accuracy.pixels import SmallImages
 ORIENTATIONS = 5
 FREQUENCIES = (2.2, 3.6)  # stripe cycles across the image; the finer stays under 16 px's limit of 8 cycles
 NUM_CLASSES = ORIENTATIONS * len(FREQUENCIES)
+#: Each class in words: the stripes' orientation (degrees from vertical stripes) and their frequency.
+CLASS_NAMES = tuple(f"{o * 180 // ORIENTATIONS}°, {'coarse' if f == 0 else 'fine'}"
+                    for f in range(len(FREQUENCIES)) for o in range(ORIENTATIONS))
 #: How far an image's orientation (degrees) and frequency (a factor) stray from its class's, uniformly: with the
 #: classes 36 degrees apart, 15 degrees leaves a narrow gap between neighbours, which the noise then blurs.
 ANGLE_JITTER = 15.0

@@ -87,6 +87,61 @@ def _write_litdata(folder: Path, rows: Sequence[dict], per_shard: int) -> None:
     writer.merge()
 
 
+def mds_block_rule() -> str:
+    """The lines of MDS's own code that choose ``shuffle_block_size`` when it is not given (its source, as installed)."""
+    import inspect
+
+    _quiet_imports()
+    from streaming import StreamingDataset
+
+    source = inspect.getsource(StreamingDataset._set_shuffle_block_size)
+    return source.split('"""')[-1].strip("\n")
+
+
+def mds_schedule(folder: Path, sample_index: np.ndarray, seed: int, epochs: int, *, nodes: int = 1,
+                 workers: int = 2, batch_size: int = BATCH_SIZE, algo: str = "py1e",
+                 num_canonical_nodes: int | None = None, block: int | None = None) -> tuple[list[np.ndarray], dict]:
+    """The global batches of ``epochs`` epochs as MDS deals an MDS copy out to a data-parallel job, and the settings
+    MDS chose: ``(batches, {"num_canonical_nodes": …, "shuffle_block_size": …})``.
+
+    Nothing is read: the order is MDS's own plan, from its own code. A ``StreamingDataset``
+    is built over ``folder`` (``None`` for ``num_canonical_nodes`` or ``block`` leaves the
+    choice to MDS, which makes it, as when training starts, in ``_resume``); then, for each
+    epoch, ``streaming.base.batching.generate_work`` (what the dataset calls at the start of
+    an epoch) deals the shuffled sample ids to ``nodes`` nodes of one rank each, ``workers``
+    DataLoader workers per rank, in per-rank batches of ``batch_size // nodes``. Step ``t``
+    of the job trains on the ``t``-th batch of every rank at once (synchronous data
+    parallelism: the gradients are averaged), and each rank's DataLoader takes one batch
+    from each worker in turn. ``sample_index[i]`` is the training index of the ``i``-th
+    sample written.
+    """
+    _quiet_imports()
+    from streaming import StreamingDataset
+    from streaming.base.batching import generate_work
+    from streaming.base.world import World
+
+    if batch_size % nodes:
+        raise ValueError(f"a global batch of {batch_size} does not split evenly over {nodes} nodes")
+    dataset = registered_mds(lambda: StreamingDataset(local=str(folder), shuffle=True, shuffle_seed=seed,
+                                                      shuffle_algo=algo, batch_size=batch_size // nodes,
+                                                      num_canonical_nodes=num_canonical_nodes,
+                                                      shuffle_block_size=block))
+    world = World(num_nodes=nodes, ranks_per_node=1, workers_per_rank=workers, worker=0)
+    dataset._resume(world, 0)  # MDS's own defaults for num_canonical_nodes and shuffle_block_size
+    batches: list[np.ndarray] = []
+    for epoch in range(epochs):
+        work = generate_work(dataset.batching_method, dataset, world, epoch, 0)  # nodes x ranks x workers x b x n
+        per_worker = work.shape[3]
+        for b in range(per_worker):
+            for w in range(workers):
+                ids = work[:, 0, w, b].ravel()
+                ids = ids[ids >= 0]  # MDS pads the last batches with -1
+                if len(ids):
+                    batches.append(np.asarray(sample_index)[ids])
+    return batches, {"num_canonical_nodes": int(dataset.num_canonical_nodes),
+                     "shuffle_block_size": int(dataset.shuffle_block_size)}
+
+
 def _read(dataset, workers: int, batch_size: int, column: str) -> np.ndarray:
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers,
                         multiprocessing_context="fork" if workers else None, collate_fn=lambda rows: rows)

@@ -1,4 +1,4 @@
-"""Figures of chapter 13, in the course's figure style (:mod:`packlab.plots`): accuracy over time, mixes by stretch."""
+"""Figures of chapters 13 and 14, in the course's figure style (:mod:`packlab.plots`): accuracy over time, mixes by stretch."""
 
 from __future__ import annotations
 
@@ -45,4 +45,25 @@ def plot_window_shares(sources: Mapping[str, Sequence[int]], source: int, share:
     ax.set_ylim(low, high + 0.45 * (high - low))  # room above the lines for the legend
     ax.legend(fontsize=SMALL, loc="upper center", ncol=2)
     ax.grid(alpha=0.3)
+    return _finish(fig, caption)
+
+
+def plot_pattern_examples(images, per_class: int = 6, class_names: Sequence[str] | None = None,
+                          caption: str | None = None):
+    """The first ``per_class`` images of each class, one row per class, enlarged without smoothing."""
+    import matplotlib.pyplot as plt
+
+    labels = np.asarray(images.labels)
+    classes = np.unique(labels)
+    fig, axes = plt.subplots(len(classes), per_class, figsize=(0.9 * per_class + 1.6, 0.9 * len(classes)),
+                             squeeze=False)
+    for row, label in zip(axes, classes):
+        chosen = np.flatnonzero(labels == label)[:per_class]
+        for ax, i in zip(row, chosen):
+            ax.imshow(images.pixels[i], interpolation="nearest")
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].set_ylabel(class_names[label] if class_names else f"class {label}", rotation=0, ha="right",
+                          va="center", fontsize=SMALL)
     return _finish(fig, caption)

@@ -1,39 +1,31 @@
-"""Sentences of chapter 13, "What the shortcuts cost the model", built from what its cells measured.
+"""Sentences of chapter 13, "What the order costs the model", built from what its cells measured.
 
-Accuracies come as ``packlab.bench.Spread`` of per-seed held-out accuracies in %, and every
-word that compares two of them follows :func:`packlab.bench.compare`: "clearly" only where
-it says so, and a null result stated as one.
+Accuracies come as arrays of per-seed held-out accuracies in %, seed ``i`` the same run in
+every condition, and every word that compares two conditions follows
+:func:`packlab.accuracy.paired.paired_difference`: "clearly" only where its interval leaves
+out 0, and beside every null the smallest difference that comparison could have seen.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from packlab.accuracy.echo import reached, wall_seconds
-from packlab.accuracy.mixing import window_shares
-from packlab.accuracy.training import BATCH_SIZE, RunResult
-from packlab.bench import Spread, compare, difference_interval, interval_note, with_note
+from packlab.accuracy.conditions import RECALIBRATED, PlantedEffect
+from packlab.accuracy.paired import PairedDifference, paired_difference
+from packlab.bench import FALSE_CLEAR_RATE
 from packlab.class_mixing import band_decimals
 from packlab.course.prose import names_text, provides_figures
 
+#: The power the chapter asks of its instrument: a planted one-point cost found this often.
+WANTED_POWER = 0.8
 
-def against(accuracy: Spread, reference: Spread) -> str:
-    """One accuracy spread against the reference's, in words: the difference of the medians in points, and the
-    interval of the difference (:func:`packlab.bench.difference_interval`, the same pairs the verdict counts).
 
-    Beside "no clear difference" the interval says how large a difference these seeds could
-    have missed."""
-    direction = compare(accuracy, reference)
-    points = accuracy.median - reference.median
-    _, low, high = difference_interval(accuracy, reference)
-    span = (f"interval {low:+.1f} to {high:+.1f}" if abs(low) < float("inf") and abs(high) < float("inf")
-            else "too few runs for an interval")
-    if direction == 0:
-        return f"no clear difference ({points:+.1f} points, {span})"
-    return f"clearly {'better' if direction > 0 else 'worse'} ({points:+.1f} points, {span})"
+def spread_text(values: Sequence[float]) -> str:
+    """``"91.4 % (89.9 to 92.6)"``: the median of the seeds' accuracies and their range."""
+    values = np.asarray(values, dtype=float)
+    return f"{np.median(values):.1f} % ({values.min():.1f} to {values.max():.1f})"
 
 
 def mixing_text(mixing: Mapping[str, Mapping], name: str) -> str:
@@ -51,228 +43,136 @@ def mixing_text(mixing: Mapping[str, Mapping], name: str) -> str:
     return f"{value['mixing']:.{decimals}f}, {verdict}"
 
 
-def order_rows(accuracy: Mapping[str, Spread], mixing: Mapping[str, Mapping], reference: str) -> list[dict]:
-    """The table of an order experiment: mixing (with its verdict, :func:`mixing_text`), accuracy and the verdict
-    against ``reference``."""
-    return [{"order": name, "label mixing": mixing_text(mixing, name), "held-out accuracy, % (range)": f"{spread:.1f}",
-             f"against the {reference}": "reference" if name == reference else against(spread, accuracy[reference])}
-            for name, spread in accuracy.items()]
+def verdict_text(difference: PairedDifference) -> str:
+    """``"clearly lower: -3.1 points (-4.0 to -2.2)"`` or ``"no clear difference: +0.2 points (-0.4 to +0.9),
+    could have seen 0.9"``: the paired verdict, its interval, and for a null the smallest detectable difference."""
+    if difference.clear:
+        return f"clearly {'higher' if difference.estimate > 0 else 'lower'}: {difference.text()}"
+    return f"no clear difference: {difference.text()}"
 
 
-def _worse(accuracy: Mapping[str, Spread], reference: str) -> list[str]:
-    return [n for n, s in accuracy.items() if n != reference and compare(s, accuracy[reference]) < 0]
+@provides_figures("seed_spread", "planted_sentence", "power_sentence", "key_instrument")
+def instrument_figures(planted: PlantedEffect, seeds: int) -> dict:
+    """What the planted effect showed: the seeds' spread, one ``seeds``-seed verdict, and the power over the pool."""
+    clean, flipped, repeat = planted.clean[:seeds], planted.flipped[:seeds], planted.repeat[:seeds]
+    cost = paired_difference(flipped, clean)
+    same = paired_difference(repeat, clean)
+    share = f"{100 * planted.flip_share:g} %"
+    planted_sentence = (
+        f"With {share} of the training labels flipped, the same {seeds} seeds reached "
+        f"{spread_text(flipped)}; flipped minus clean, seed by seed: {verdict_text(cost)}. The same recipe run "
+        f"again with other shuffles, minus the first run: {verdict_text(same)}.")
+    found_enough = planted.found >= WANTED_POWER
+    false_ok = planted.false_clear <= FALSE_CLEAR_RATE
+    power_sentence = (
+        f"Over all {planted.pool} seeds the flipped labels cost {planted.cost:.2f} points on average. Judged "
+        f"{seeds} seeds at a time, as every comparison below is ({planted.draws:,} draws of {seeds} of the "
+        f"{planted.pool} seeds), the instrument found that cost in {100 * planted.found:.0f} % of the draws "
+        + ("(the 80 % asked of it)" if found_enough else "(less than the 80 % asked of it: a cost this size can be "
+                                                         "missed here, so a null below is weak evidence)")
+        + f", and called the two runs of one recipe different in {100 * planted.false_clear:.1f} % "
+        + ("(at most the 2 % every verdict in the book allows)." if false_ok
+           else f"(more than the {100 * FALSE_CLEAR_RATE:.0f} % every verdict in the book allows).")
+        + f" The smallest difference these comparisons could see, at 80 % power, was about "
+          f"{planted.detectable:.1f} points. The draws share seeds, so these shares describe this pool of "
+          f"{planted.pool}, not every seed there is.")
+    key_instrument = (f"{seeds} paired seeds found a planted cost of {planted.cost:.1f} points in "
+                      f"{100 * planted.found:.0f} % of draws, and called identical recipes different in "
+                      f"{100 * planted.false_clear:.1f} %.")
+    return {"seed_spread": spread_text(clean), "planted_sentence": planted_sentence,
+            "power_sentence": power_sentence, "key_instrument": key_instrument}
 
 
-@provides_figures("order_sentence", "buffer_sentence", "shuffled_sentence", "key_order")
-def order_figures(accuracy: Mapping[str, Spread], mixing: Mapping[str, Mapping], reference: str) -> dict:
-    """What the order experiment showed: which orders cost accuracy, the buffer that stopped costing, shuffled shards."""
-    worse = _worse(accuracy, reference)
-    same = [n for n in accuracy if n != reference and n not in worse and compare(accuracy[n], accuracy[reference]) == 0]
-    ref = accuracy[reference]
-    if worse:
-        order_sentence = (f"Against the {reference}'s {ref.median:.1f} %, {names_text(worse)} trained a clearly worse "
-                          f"model ({', '.join(f'{accuracy[n].median:.1f} %' for n in worse)})")
-        order_sentence += f"; {names_text(same)} no clearly worse one." if same else "."
-    else:
-        order_sentence = (f"No order trained a clearly worse model than the {reference} ({ref.median:.1f} %): by the "
-                          "course's rule every difference here is within the seeds' variation.")
-    sorted_buffers = {n: s for n, s in accuracy.items() if n.startswith("class-sorted")}
-    fine = [n for n in sorted_buffers if n not in worse]
-    if fine:
-        buffer_sentence = (f"On the class-sorted shards, the first setting that was not clearly worse was "
-                           f"{fine[0].removeprefix('class-sorted shards, ')} ({sorted_buffers[fine[0]].median:.1f} %, "
-                           f"label mixing {mixing_text(mixing, fine[0])}; the {reference}'s "
-                           f"{mixing_text(mixing, reference)}).")
-    else:
-        buffer_sentence = ("On the class-sorted shards, every buffer measured here trained a clearly worse model, "
-                           "the largest included.")
-    shuffled = [n for n in accuracy if n.startswith("shuffled")]
-    shuffled_sentence = " ".join(
-        f"{n} reached {accuracy[n].median:.1f} %, {against(accuracy[n], ref)} against the {reference}." for n in shuffled)
-    key_order = (f"on class-sorted shards, {fine[0].removeprefix('class-sorted shards, ')} was the smallest setting "
-                 "measured that did not clearly cost accuracy" if fine
-                 else "every class-sorted setting clearly cost accuracy") + (
-        f"; shuffled shards {'clearly did' if any(n in worse for n in shuffled) else 'did not clearly'} cost any "
-        "without a buffer.")
-    return {"order_sentence": order_sentence, "buffer_sentence": buffer_sentence,
-            "shuffled_sentence": shuffled_sentence, "key_order": key_order[0].upper() + key_order[1:]}
-
-
-def peer_sentence(accuracy: Mapping[str, Spread], mixing: Mapping[str, Mapping], reference: str) -> str:
-    """Each peer's shuffle against the global permutation, with its label mixing (:func:`mixing_text`)."""
-    ref = accuracy[reference]
-    parts = [f"{name} {accuracy[name].median:.1f} % (label mixing {mixing_text(mixing, name)}), "
-             f"{against(accuracy[name], ref)}" for name in accuracy if name != reference]
-    return f"On the class-sorted copy, against the {reference}'s {ref.median:.1f} %: " + "; ".join(parts) + "."
-
-
-# ------------------------------------------------------------------------------ storage
-
-
-def storage_rows(stored: Mapping[str, tuple], accuracy: Mapping[str, Spread], reference: str) -> list[dict]:
-    """Per way of storing: kB per image, PSNR of what the model sees against the originals', accuracy, verdict."""
-    from packlab.accuracy.pixels import psnr
-
-    base_images, base_kb = stored[reference]
+def order_rows(accuracy: Mapping[str, np.ndarray], reference: str, mixing: Mapping[str, Mapping],
+               entropy: Mapping[str, float]) -> list[dict]:
+    """The table of an order experiment: how mixed each order is (label mixing with chapter 12's verdict, class
+    entropy per batch), its accuracy, and its paired difference from ``reference``, as trained and after BatchNorm's
+    statistics were recomputed (where the experiment did)."""
     rows = []
-    for name, (images, kb) in stored.items():
-        quality = psnr(images.pixels, base_images.pixels)
-        rows.append({"stored as": name, "kB per image": f"{kb:.1f}", "bytes against the originals": f"{kb / base_kb:.2f}",
-                     "PSNR at 64 px, dB": "identical" if quality == float("inf") else f"{quality:.1f}",
-                     "held-out accuracy, %": f"{accuracy[name]:.1f}",
-                     f"against the {reference}": "reference" if name == reference
-                     else against(accuracy[name], accuracy[reference])})
+    for name, values in accuracy.items():
+        if name.endswith(RECALIBRATED):
+            continue
+        row = {"order": name, "label mixing (epoch 1)": mixing_text(mixing, name),
+               "classes per batch (entropy, bits)": f"{entropy[name]:.2f}",
+               "accuracy, % (range)": spread_text(values),
+               f"minus the {reference}, points": ("reference" if name == reference
+                                                  else paired_difference(values, accuracy[reference]).text())}
+        if name + RECALIBRATED in accuracy and reference + RECALIBRATED in accuracy:
+            row["the same, BN recalibrated"] = (
+                "reference" if name == reference
+                else paired_difference(accuracy[name + RECALIBRATED], accuracy[reference + RECALIBRATED]).text())
+        rows.append(row)
     return rows
 
 
-@provides_figures("storage_sentence", "key_storage")
-def storage_figures(stored: Mapping[str, tuple], accuracy: Mapping[str, Spread], reference: str) -> dict:
-    """Which stored copies trained a clearly different model, and at what share of the bytes."""
-    base_kb = stored[reference][1]
-    others = [n for n in stored if n != reference]
-    worse = [n for n in others if compare(accuracy[n], accuracy[reference]) < 0]
-    better = [n for n in others if compare(accuracy[n], accuracy[reference]) > 0]
-    same = [n for n in others if n not in worse and n not in better]
+def _differences(accuracy: Mapping[str, np.ndarray], reference: str, recalibrated: bool = False) -> dict:
+    suffix = RECALIBRATED if recalibrated else ""
+    return {name: paired_difference(accuracy[name + suffix], accuracy[reference + suffix])
+            for name in accuracy if not name.endswith(RECALIBRATED) and name != reference
+            and name + suffix in accuracy and reference + suffix in accuracy}
+
+
+@provides_figures("order_sentence", "norm_sentence", "key_order")
+def order_figures(accuracy: Mapping[str, np.ndarray], reference: str, entropy: Mapping[str, float]) -> dict:
+    """Which orders cost accuracy (paired verdicts against ``reference``), and how much of it BatchNorm's statistics
+    explain: the same models judged again after recalibration."""
+    plain = _differences(accuracy, reference)
+    lower = [n for n, d in plain.items() if d.clear and d.estimate < 0]
+    higher = [n for n, d in plain.items() if d.clear and d.estimate > 0]
+    null = [n for n, d in plain.items() if not d.clear]
     parts = []
-    if same:
-        parts.append(f"{names_text(same)} trained no clearly different model from the {reference} "
-                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in same)} against {accuracy[reference].median:.1f} %)"
-                     f" at {', '.join(f'{stored[n][1] / base_kb:.2f}' for n in same)} of their bytes")
-    if worse:
-        parts.append(f"{names_text(worse)} trained a clearly worse one "
-                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in worse)})")
-    if better:
-        parts.append(f"{names_text(better)} trained a clearly better one "
-                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in better)})")
-    sentence = "Trained on its stored copies and tested on originals, " + "; ".join(parts) + "."
-    key = (f"no stored copy cost accuracy clearly, down to {min(stored[n][1] for n in others) / base_kb:.2f} of the "
-           "bytes." if not worse else f"{names_text(worse)} cost accuracy clearly.")
-    return {"storage_sentence": sentence, "key_storage": key[0].upper() + key[1:]}
+    if lower:
+        parts.append(f"{names_text(lower)} trained clearly less accurate models ("
+                     + "; ".join(f"{n}: {plain[n].text()}" for n in lower) + ")")
+    if higher:
+        parts.append(f"{names_text(higher)} clearly more accurate ones ("
+                     + "; ".join(f"{n}: {plain[n].text()}" for n in higher) + ")")
+    if null:
+        parts.append(f"for {names_text(null)} the seeds show no clear difference ("
+                     + "; ".join(f"{n}: {plain[n].text()}" for n in null) + ")")
+    order_sentence = f"Against the {reference}, " + "; ".join(parts) + "."
 
-
-# ------------------------------------------------------------------------------ echoing
-
-
-def echo_target(no_echo: Sequence[RunResult], below: float = 0.05) -> float:
-    """The target accuracy: ``below`` under the no-echo runs' median final accuracy, down to a whole per cent."""
-    final = statistics.median(r.accuracy for r in no_echo)
-    return int(100 * (final - below)) / 100
-
-
-def _times(results: Sequence[RunResult], target: float, loader_rate: float, model_rate: float) -> list[float]:
-    """Per seed: modelled seconds until the target was first reached (inf where it never was)."""
-    out = []
-    for result in results:
-        hit = reached(result, target)
-        out.append(float("inf") if hit is None else wall_seconds(hit[0], hit[1], BATCH_SIZE, loader_rate, model_rate))
-    return out
-
-
-def _fresh(results: Sequence[RunResult], target: float) -> list[float]:
-    return [float("inf") if (hit := reached(r, target)) is None else float(hit[1]) for r in results]
-
-
-def _median_text(values: Sequence[float], fmt: str) -> str:
-    finite = [v for v in values if np.isfinite(v)]
-    if len(finite) <= len(values) // 2:
-        return f"not reached ({len(values) - len(finite)} of {len(values)} runs)"
-    text = f"{statistics.median(values):{fmt}}"
-    return text + (f" ({len(values) - len(finite)} runs never)" if len(finite) < len(values) else "")
-
-
-def echo_rows(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rate: float,
-              model_rate: float) -> list[dict]:
-    """Per echo setting: final accuracy, fresh images and modelled seconds to the target, and the verdict on time."""
-    base = Spread.of(_times(runs["no echo"], target, loader_rate, model_rate))
-    rows = []
-    for name, results in runs.items():
-        times = Spread.of(_times(results, target, loader_rate, model_rate))
-        verdict = with_note({1: "clearly slower", -1: "clearly faster", 0: "no clear difference"}[compare(times, base)],
-                            interval_note(times, base))
-        rows.append({"echo": name, "final accuracy, %": f"{Spread.of(100 * r.accuracy for r in results):.1f}",
-                     f"fresh images to {100 * target:.0f} %": _median_text(_fresh(results, target), ",.0f"),
-                     "modelled seconds to it": _median_text(list(times), ".1f"),
-                     "against no echo": "reference" if name == "no echo" else verdict})
-    return rows
-
-
-@provides_figures("echo_sentence", "echo_fresh_sentence", "key_echo")
-def echo_figures(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rate: float, model_rate: float) -> dict:
-    """Which echo setting reached the target soonest, and what it saved of the loader's work."""
-    times = {name: Spread.of(_times(results, target, loader_rate, model_rate)) for name, results in runs.items()}
-    base = times["no echo"]
-    faster = [n for n, t in times.items() if n != "no echo" and compare(t, base) < 0]
-    slower = [n for n, t in times.items() if n != "no echo" and compare(t, base) > 0]
-    if faster:
-        best = min(faster, key=lambda n: times[n].median)
-        echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, "
-                         f"{names_text(faster)} reached {100 * target:.0f} % clearly sooner than no echo "
-                         f"({best}: {times[best].median:.1f} s against {base.median:.1f} s, median; "
-                         f"{interval_note(times[best], base)})")
+    recal = _differences(accuracy, reference, recalibrated=True)
+    if not lower or not recal:
+        norm_sentence = ("No order clearly cost accuracy, so there is no cost for BatchNorm's statistics to "
+                         "explain." if not lower else "")
+        explained = []
     else:
-        echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, no echo setting "
-                         f"reached {100 * target:.0f} % clearly sooner than no echo ({base.median:.1f} s, median)")
-    echo_sentence += f"; {names_text(slower)} clearly later." if slower else "."
-    fresh = {name: statistics.median(_fresh(results, target)) for name, results in runs.items()}
-    reached_by = {n: f for n, f in fresh.items() if np.isfinite(f)}
-    if reached_by:
-        fewest = min(reached_by, key=reached_by.get)
-        echo_fresh_sentence = ("Fresh images needed to get there (median): "
-                               + ", ".join(f"{n} {f:,.0f}" for n, f in reached_by.items()) + ".")
-        if "no echo" in reached_by and fewest != "no echo":
-            echo_fresh_sentence += (f" {fewest} needed {reached_by['no echo'] / reached_by[fewest]:.2f} times fewer "
-                                    "than no echo: its repeats did part of the work of fresh images.")
+        explained = [n for n in lower if n in recal and not (recal[n].clear and recal[n].estimate < 0)]
+        remained = [n for n in lower if n in recal and n not in explained]
+        sentences = []
+        if explained:
+            sentences.append(
+                f"Judged again after one shuffled pass recomputed BatchNorm's statistics (no weight changed), "
+                f"{names_text(explained)} no longer fell clearly short ("
+                + "; ".join(f"{n}: {recal[n].text()}" for n in explained)
+                + "): what those orders cost was in the statistics BatchNorm kept of one-class batches, not in "
+                  "the weights.")
+        if remained:
+            sentences.append(
+                ("But" if explained else "Judged again after one shuffled pass recomputed BatchNorm's statistics "
+                                         "(no weight changed),")
+                + f" {names_text(remained)} still fell clearly short ("
+                + "; ".join(f"{n}: {recal[n].text()}" for n in remained)
+                + "): the order cost the weights themselves, not only BatchNorm's statistics.")
+        norm_sentence = " ".join(sentences)
+    if lower:
+        key_order = (f"here {names_text(lower)} clearly cost accuracy ("
+                     + ", ".join(f"{entropy[n]:.2f}" for n in lower)
+                     + f" bits of class entropy per batch, against {entropy[reference]:.2f} for the {reference})"
+                     + (f"; for {names_text(explained)} recomputing BatchNorm's statistics recovered it" if explained
+                        else "") + ".")
     else:
-        echo_fresh_sentence = "No setting reached the target within its budget of fresh images."
-    key_echo = (f"{names_text(faster)} reached the target clearly sooner than no echo." if faster
-                else "no echo setting reached the target clearly sooner than no echo.")
-    return {"echo_sentence": echo_sentence, "echo_fresh_sentence": echo_fresh_sentence,
-            "key_echo": key_echo[0].upper() + key_echo[1:]}
+        key_order = "no order here clearly cost accuracy, each null with the smallest difference it could see."
+    return {"order_sentence": order_sentence, "norm_sentence": norm_sentence,
+            "key_order": key_order[0].upper() + key_order[1:]}
 
 
-# ------------------------------------------------------------------------------ mixing
-
-
-def _mix_stats(orders: Sequence[Sequence[int]], source: int, window: int) -> dict:
-    lengths = [len(o) for o in orders]
-    shares = [float(np.mean(np.asarray(o) == source)) for o in orders]
-    windows = np.concatenate([window_shares(o, source, window) for o in orders])
-    return {"lengths": lengths, "shares": shares, "low": float(windows.min()), "high": float(windows.max())}
-
-
-def mix_rows(mixed: Mapping[str, Sequence[Sequence[int]]], source: int, share: float, window: int) -> list[dict]:
-    """Per mixer, over the seeds: epoch length, the source's share of the epoch and of each stretch of ``window``."""
-    rows = []
-    for name, orders in mixed.items():
-        stats = _mix_stats(orders, source, window)
-        rows.append({"mixer": name, "samples per epoch": f"{min(stats['lengths']):,}–{max(stats['lengths']):,}",
-                     f"share of the {100 * share:.0f} % source, epoch": f"{100 * min(stats['shares']):.1f}–"
-                                                                          f"{100 * max(stats['shares']):.1f} %",
-                     f"in a stretch of {window}": f"{100 * stats['low']:.0f}–{100 * stats['high']:.0f} %"})
-    return rows
-
-
-@provides_figures("mix_sentence", "key_mix")
-def mix_figures(mixed: Mapping[str, Sequence[Sequence[int]]], source: int, share: float, window: int) -> dict:
-    """How close each mixer came to the asked share, per stretch and per epoch."""
-    stats = {name: _mix_stats(orders, source, window) for name, orders in mixed.items()}
-    exact = [n for n, s in stats.items() if abs(s["low"] - share) < 1.5 / window and abs(s["high"] - share) < 1.5 / window]
-    parts = [f"{name} {100 * s['low']:.0f}–{100 * s['high']:.0f} %" for name, s in stats.items()]
-    varying = [n for n, s in stats.items() if len(set(s["lengths"])) > 1 or max(s["shares"]) - min(s["shares"]) > 0.5 / len(mixed[n][0])]
-    mix_sentence = (f"Asked for {100 * share:.0f} %, the source's share of a stretch of {window} ranged: "
-                    + "; ".join(parts) + ".")
-    mix_sentence += (f" Epoch length or the source's count changed from seed to seed with {names_text(varying)}."
-                     if varying else " Every mixer gave the same counts in every epoch.")
-    key = (f"{names_text(exact)} kept every stretch of {window} within a sample of the share" if exact
-           else f"no mixer kept every stretch of {window} at the share")
-    key += f"; {names_text(varying)} changed the epoch's counts with the seed." if varying else "."
-    return {"mix_sentence": mix_sentence, "key_mix": key[0].upper() + key[1:]}
-
-
-def resume_sentence(first: Sequence, rest: Sequence, whole: Sequence, state: dict) -> str:
-    """The mix stopped, saved and resumed, against the uninterrupted epoch."""
-    if list(first) + list(rest) == list(whole):
-        return (f"Its state at the stop was {state}, and the {len(first):,} samples before the stop followed by the "
-                f"{len(rest):,} after it were the uninterrupted epoch, sample for sample.")
-    return (f"Its state at the stop was {state}, but the stopped and resumed epoch differed from the uninterrupted "
-            f"one: {len(first) + len(rest):,} samples against {len(whole):,}.")
+def mds_rows(settings: Mapping[str, Mapping], dataset_size: int) -> list[dict]:
+    """What MDS chose for each run (``num_canonical_nodes``, ``shuffle_block_size``) and the share of this set its
+    shuffle window covers."""
+    return [{"run": name, "num_canonical_nodes": f"{s['num_canonical_nodes']:,}",
+             "shuffle_block_size": f"{s['shuffle_block_size']:,}",
+             "window over this set": ("all of it" if s["shuffle_block_size"] >= dataset_size
+                                      else f"{s['shuffle_block_size'] / dataset_size:.0%}")}
+            for name, s in settings.items()]

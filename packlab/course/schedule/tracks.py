@@ -25,7 +25,7 @@ cuts it applied, and what is left for reading. The tracks (:data:`TRACKS`):
 * ``1-shards``: one day for those who came for WebDataset: chapters 0, 1, 3 and 4 cut
   down, exercise 3, then chapter 5 cut down and exercise 4's core;
 * ``2``: two days: day one as ``1``; day two chapters 5–7 cut down, exercise 4's core,
-  exercise 6; chapters 8–13 for reading;
+  exercise 6; chapters 8–14 for reading;
 * ``4``: four days: every chapter, every planned exercise, in order, cut at session
   boundaries; the guide's cuts only where the days would not hold the course without them.
 """
@@ -134,15 +134,15 @@ _DAY_ONE = (chapter(0), chapter(1), exercise("01_jpeg_dataset"), chapter(2), cha
             exercise("03_per_worker_zip"))
 TRACKS: dict[str, Track] = {
     "1": Track("1", "one day: one file per sample, the zip, its pitfall and the fix", (_DAY_ONE,),
-               reading=(5, 6, 7, 8, 9, 10, 11, 12, 13), optional=("02_zip_packing",)),
+               reading=(5, 6, 7, 8, 9, 10, 11, 12, 13, 14), optional=("02_zip_packing",)),
     "1-shards": Track("1-shards", "one day for WebDataset: from one file per sample to tar shards read by workers",
                       ((chapter(0), chapter(1), chapter(3), chapter(4), exercise("03_per_worker_zip"), chapter(5),
                         exercise("04_tar_shards", "core")),),
-                      reading=(2, 6, 7, 8, 9, 10, 11, 12, 13), optional=("01_jpeg_dataset",)),
+                      reading=(2, 6, 7, 8, 9, 10, 11, 12, 13, 14), optional=("01_jpeg_dataset",)),
     "2": Track("2", "two days: the zip day, then tar shards, ranks and how fast is enough",
                (_DAY_ONE, (chapter(5), exercise("04_tar_shards", "core"), chapter(6), chapter(7),
                            exercise("06_bottleneck"))),
-               reading=(8, 9, 10, 11, 12, 13), optional=("02_zip_packing", "05_shard_split")),
+               reading=(8, 9, 10, 11, 12, 13, 14), optional=("02_zip_packing", "05_shard_split")),
     "4": Track("4", "four days: every chapter, the exercises in order", (), packed=True,
                optional=("02_zip_packing", "05_shard_split", "10_fast_path")),
 }
