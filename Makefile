@@ -42,7 +42,7 @@ UV_INSTALL = "$$uv" pip install --compile-bytecode --python $(PY) $(if $(WHEELHO
 # Notebooks converted from MyST markdown for nbval.
 CELL_TIMEOUT ?= 600
 
-.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board handback feedback loadtest
+.PHONY: help configure setup setup-dev system-deps data doctor wheelhouse lab book test bench clean clean-packed distclean exercises grade gradebook grade-repeat book-instructor release submit headers update hub hub-proxy board handback feedback loadtest container container-check
 
 help:
 	@echo "make configure  this checkout's settings (PACKLAB_COUNT, PACKLAB_DATA, VENV, TORCH_BACKEND, PACKLAB_CORES) into $(SETTINGS_FILE); shows them"
@@ -61,6 +61,7 @@ help:
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
 	@echo "make submit NAME=yourname   pack your exercises (mywork/) as submissions/NAME/exercises/ and NAME.zip"
 	@echo "make update     bring in the instructor's latest release: git stash, git pull, git stash pop (your work kept)"
+	@echo "make container  the course as an OCI image (podman; Debian base from mmdebstrap, then PyPI); make container-check runs the doctor and chapter 1 in it"
 	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv, each in a sandbox"
 	@echo "make handback CLASS=folder   a zip per attendee of their feedback (folder/handback/NAME.zip), for a laptop room"
 	@echo "make feedback ZIP=NAME.zip   unpack the zip your instructor handed back into mywork/feedback/"
@@ -265,6 +266,17 @@ test: setup-dev data system-deps hub-proxy
 BENCH_ARGS ?=
 bench: setup-dev data
 	$(PY) -m packlab.course.benchmark $(BENCH_ARGS)
+
+# The course as an OCI image for a centre or a locked-down laptop (container/Containerfile): the
+# attendee environment and the small-data dataset, a normal account inside. The base is made
+# from Debian's own archive with mmdebstrap; the rest comes from PyPI; no registry image.
+# Needs podman and mmdebstrap (Debian packages). container/packed-course.def is the same for
+# Apptainer. container-check runs the doctor and chapter 1 in it as the normal account.
+container:
+	bash container/build.sh
+
+container-check:
+	bash container/check.sh
 
 # Simulated attendees on a real class hub, through its REST and kernel APIs: start times, cell
 # times, verdicts, peak memory, every check on the board (packlab/course/hub/loadtest.py).
