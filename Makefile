@@ -273,10 +273,10 @@ bench: setup-dev data
 # Needs podman and mmdebstrap (Debian packages). container/packed-course.def is the same for
 # Apptainer. container-check runs the doctor and chapter 1 in it as the normal account.
 container:
-	bash container/build.sh
+	EXTRA_CA_BUNDLE=$(EXTRA_CA_BUNDLE) bash container/build.sh
 
 container-check:
-	bash container/check.sh
+	CONTAINER_RUN=$(CONTAINER_RUN) bash container/check.sh
 
 # Simulated attendees on a real class hub, through its REST and kernel APIs: start times, cell
 # times, verdicts, peak memory, every check on the board (packlab/course/hub/loadtest.py).

@@ -2,7 +2,8 @@
 # make container: the course's OCI image (container/Containerfile), built from Debian's own
 # archive and PyPI only. The base is made with mmdebstrap and imported into podman once, so no
 # image is pulled from a container registry. Prints the build time and the image's size.
-#   IMAGE=name:tag (default localhost/packed-course:latest), DEBIAN_MIRROR=url
+#   IMAGE=name:tag (default localhost/packed-course:latest), DEBIAN_MIRROR=url,
+#   EXTRA_CA_BUNDLE=file: certificates of a network that inspects TLS, added to the image's store
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/_build/container"
@@ -30,7 +31,12 @@ fi
 rm -rf "$out/context"
 mkdir -p "$out/context/course"
 git -C "$root" archive HEAD | tar -x -C "$out/context/course"
-podman "${podman_options[@]}" build --tag "$image" --file "$root/container/Containerfile" "$out/context"
+mkdir -p "$out/context/extra-ca"
+echo "certificates added to the image's store (EXTRA_CA_BUNDLE)" > "$out/context/extra-ca/README"
+if [ -n "${EXTRA_CA_BUNDLE:-}" ]; then
+  cp "$EXTRA_CA_BUNDLE" "$out/context/extra-ca/site.crt"
+fi
+podman "${podman_options[@]}" build "${podman_build_options[@]}" --tag "$image" --file "$root/container/Containerfile" "$out/context"
 rm -rf "$out/context"
 seconds=$(( $(date +%s) - start ))
 size=$(podman "${podman_options[@]}" image inspect --format '{{.Size}}' "$image")
