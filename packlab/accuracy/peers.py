@@ -98,6 +98,10 @@ def mds_block_rule() -> str:
     return source.split('"""')[-1].strip("\n")
 
 
+#: The MDS datasets :func:`mds_schedule` plans with, one per setting, kept for the process's life.
+_MDS_PLANNERS: dict = {}
+
+
 def mds_schedule(folder: Path, sample_index: np.ndarray, seed: int, epochs: int, *, nodes: int = 1,
                  workers: int = 2, batch_size: int = BATCH_SIZE, algo: str = "py1e",
                  num_canonical_nodes: int | None = None, block: int | None = None) -> tuple[list[np.ndarray], dict]:
@@ -122,12 +126,21 @@ def mds_schedule(folder: Path, sample_index: np.ndarray, seed: int, epochs: int,
 
     if batch_size % nodes:
         raise ValueError(f"a global batch of {batch_size} does not split evenly over {nodes} nodes")
-    dataset = registered_mds(lambda: StreamingDataset(local=str(folder), shuffle=True, shuffle_seed=seed,
-                                                      shuffle_algo=algo, batch_size=batch_size // nodes,
-                                                      num_canonical_nodes=num_canonical_nodes,
-                                                      shuffle_block_size=block))
     world = World(num_nodes=nodes, ranks_per_node=1, workers_per_rank=workers, worker=0)
-    dataset._resume(world, 0)  # MDS's own defaults for num_canonical_nodes and shuffle_block_size
+    # One dataset per setting and process, its seed set before each plan (generate_work reads
+    # dataset.shuffle_seed): every StreamingDataset keeps its six /dev/shm names open until the
+    # process exits, and each new one opens all the others' while it looks for a free name, so
+    # a dataset per seed ran a kernel out of file descriptors.
+    key = (str(folder), nodes, workers, batch_size, algo, num_canonical_nodes, block)
+    if key not in _MDS_PLANNERS:
+        dataset = registered_mds(lambda: StreamingDataset(local=str(folder), shuffle=True, shuffle_seed=seed,
+                                                          shuffle_algo=algo, batch_size=batch_size // nodes,
+                                                          num_canonical_nodes=num_canonical_nodes,
+                                                          shuffle_block_size=block))
+        dataset._resume(world, 0)  # MDS's own defaults for num_canonical_nodes and shuffle_block_size
+        _MDS_PLANNERS[key] = dataset
+    dataset = _MDS_PLANNERS[key]
+    dataset.shuffle_seed = seed
     batches: list[np.ndarray] = []
     for epoch in range(epochs):
         work = generate_work(dataset.batching_method, dataset, world, epoch, 0)  # nodes x ranks x workers x b x n
