@@ -18,9 +18,7 @@ to BatchNorm's running statistics apart from what it did to the weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 
 import numpy as np
 import torch
@@ -28,6 +26,7 @@ import torch
 from packlab.accuracy import instrument
 from packlab.accuracy.paired import PairedDifference, paired_difference
 from packlab.accuracy.pixels import SmallImages
+from packlab.accuracy.training import SHARED, forked_map
 
 #: The suffix of a condition's second judgement, after BatchNorm's statistics were recomputed.
 RECALIBRATED = " (BN recalibrated)"
@@ -45,15 +44,10 @@ class Condition:
     recalibrated: bool = False
 
 
-# What the forked processes train on: set in the parent before the pool starts, so conditions built from
-# lambdas or notebook functions reach them without being pickled (only names and seeds travel).
-_SHARED: dict = {}
-
-
 def _train(job: tuple[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...], dict[str, np.ndarray]]:
     name, seeds = job
-    condition: Condition = _SHARED["conditions"][name]
-    train, holdout = _SHARED["train"], _SHARED["holdout"]
+    condition: Condition = SHARED["conditions"][name]
+    train, holdout = SHARED["train"], SHARED["holdout"]
     torch.set_num_threads(1)
     schedules = [condition.schedule(seed) for seed in seeds]
     labels = None if condition.labels is None else np.stack([condition.labels(seed) for seed in seeds])
@@ -81,24 +75,13 @@ def run_conditions(conditions: Mapping[str, Condition], train: SmallImages, hold
     processes = max(1, min(processes, len(jobs)))
     found: dict[str, dict[int, float]] = {}
     bar = tqdm(total=len(jobs), desc="training", unit="bank", disable=not progress)
-    _SHARED.update(train=train, holdout=holdout, conditions=dict(conditions))
     try:
-        if processes == 1:
-            done = map(_train, jobs)
-            pool = None
-        else:
-            pool = ProcessPoolExecutor(processes, mp_context=get_context("fork"))
-            done = pool.map(_train, jobs)
-        try:
-            for _, group, judged in done:
-                for key, accuracies in judged.items():
-                    found.setdefault(key, {}).update(zip(group, map(float, accuracies)))
-                bar.update()
-        finally:
-            if pool is not None:
-                pool.shutdown()
+        for _, group, judged in forked_map(_train, jobs, processes, train=train, holdout=holdout,
+                                           conditions=dict(conditions)):
+            for key, accuracies in judged.items():
+                found.setdefault(key, {}).update(zip(group, map(float, accuracies)))
+            bar.update()
     finally:
-        _SHARED.clear()
         bar.close()
     return {key: np.array([by_seed[s] for s in seeds]) for key, by_seed in found.items()}
 

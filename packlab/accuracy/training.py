@@ -128,15 +128,33 @@ class Experiment:
 
 
 # The data a forked pool's processes train on: set in the parent before the pool starts.
-_SHARED: dict = {}
+SHARED: dict = {}
+
+
+def forked_map(function: Callable, jobs: Sequence, processes: int, **shared):
+    """``function(job)`` for every job, in order, in ``processes`` forked processes (or here, for one).
+
+    ``shared`` is placed in :data:`SHARED` before the processes fork, so only the jobs (names
+    and seeds) travel to them: the images, and experiments made of lambdas or notebook
+    functions, reach them without being pickled. Yields the results as they come, in order.
+    """
+    SHARED.update(shared)
+    try:
+        if processes <= 1:
+            yield from map(function, jobs)
+        else:
+            with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+                yield from pool.map(function, jobs)
+    finally:
+        SHARED.clear()
 
 
 def _run(job: tuple[str, int]) -> tuple[str, int, RunResult]:
     name, seed = job
-    experiment = _SHARED["experiments"][name]
+    experiment = SHARED["experiments"][name]
     torch.set_num_threads(1)
     schedule = experiment.make(seed, **experiment.options)
-    return name, seed, train_schedule(_SHARED["train"], _SHARED["holdout"], schedule, seed, experiment.curve_every)
+    return name, seed, train_schedule(SHARED["train"], SHARED["holdout"], schedule, seed, experiment.curve_every)
 
 
 def accuracy_runs(experiments: Mapping[str, Experiment], train: SmallImages, holdout: SmallImages,
@@ -149,26 +167,17 @@ def accuracy_runs(experiments: Mapping[str, Experiment], train: SmallImages, hol
     """
     from tqdm import tqdm
 
-    # Only (name, seed) travels to the processes: they are forked after _SHARED is set, so the experiments (and
-    # any lambda or notebook function in them) and the images reach them without being pickled.
+    # Only (name, seed) travels to the processes (forked_map): the experiments and images reach them unpickled.
     jobs = [(name, seed) for seed in seeds for name in experiments]
     processes = min(processes or data.available_cores(), len(jobs))
     results: dict[str, dict[int, RunResult]] = {name: {} for name in experiments}
     bar = tqdm(total=len(jobs), desc="training runs", unit="run", disable=not progress)
-    _SHARED.update(train=train, holdout=holdout, experiments=dict(experiments))
     try:
-        if processes <= 1:
-            done = map(_run, jobs)
-            for name, seed, result in done:
-                results[name][seed] = result
-                bar.update()
-        else:
-            with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
-                for name, seed, result in pool.map(_run, jobs):
-                    results[name][seed] = result
-                    bar.update()
+        for name, seed, result in forked_map(_run, jobs, processes, train=train, holdout=holdout,
+                                             experiments=dict(experiments)):
+            results[name][seed] = result
+            bar.update()
     finally:
-        _SHARED.clear()
         bar.close()
     return {name: [by_seed[s] for s in seeds] for name, by_seed in results.items()}
 
