@@ -386,6 +386,20 @@ def crash_test_rounds(rounds: int) -> int:
     return min(rounds, max(1, int(cap))) if cap.isdigit() else rounds
 
 
+#: At most this many seeds per condition (a planted effect's whole pool) under the crash-test cap.
+CRASH_TEST_SEEDS = 4
+
+
+def crash_test_count(count: int, cap: int = CRASH_TEST_SEEDS) -> int:
+    """``count`` seeds (or runs of a pool), or at most ``cap`` under make test's crash-test cap.
+
+    Chapter 13's accuracy instrument trains the same seeds whatever the core count; the
+    many-cores passes check that it runs with that many processes, the full-data pass that
+    its numbers and sentences come out right, so the first trains a few seeds only.
+    """
+    return min(count, cap) if os.environ.get(CRASH_TEST_ROUNDS_VAR, "").strip().isdigit() else count
+
+
 def interleaved(runs: dict[str, Callable[[], float]], rounds: int | None = None, order: str = "balanced",
                 seed: int | None = 0, cheap: bool = False) -> dict[str, Spread]:
     """Call every function of ``runs`` once per round for ``rounds`` rounds, in counterbalanced order: ``{name: Spread}``.

@@ -473,12 +473,18 @@ def test_the_formats_measurement_reports_every_layout_and_column(small_root, sma
         assert {row["layout"] for row in formats_bench.residency_rows(results)} == set(names)
 
 
-def test_random_lmdb_reads_open_the_environment_without_readahead(written):
+@pytest.mark.parametrize("opened_before", [None, True])
+def test_random_lmdb_reads_open_the_environment_without_readahead(written, opened_before):
+    """Even when another reader in this process opened the file first, with LMDB's default readahead."""
     layout = next(layout for layout in formats_bench.LAYOUTS if layout.name == "lmdb")
+    if opened_before:
+        assert open_environment(written["lmdb"], readahead=True).flags()["readahead"] is True
     dataset = layout.random(written["lmdb"], None)
     try:
         dataset[0]
         assert open_environment(written["lmdb"]).flags()["readahead"] is False
+        LmdbDataset(written["lmdb"])[0]  # a default reader afterwards gets readahead back
+        assert open_environment(written["lmdb"]).flags()["readahead"] is True
     finally:
         dataset.close()
 

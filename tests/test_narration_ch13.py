@@ -23,12 +23,13 @@ def _planted(found: float, false_clear: float) -> PlantedEffect:
 
 
 def test_the_instrument_sentences_state_its_power_and_its_false_alarms():
-    good = ch13.instrument_figures(_planted(0.97, 0.011), 12)
+    good = ch13.instrument_figures(_planted(0.97, 0.011))
     assert "clearly lower: -1.0 points" in good["planted_sentence"]
     assert "no clear difference" in good["planted_sentence"] and "could have seen" in good["planted_sentence"]
     assert "found that cost in 97 % of the draws (the 80 % asked of it)" in good["power_sentence"]
+    assert "Judged 12 seeds at a time" in good["power_sentence"] and "of the 24 seeds" in good["power_sentence"]
     assert "different in 1.1 % (at most the 2 %" in good["power_sentence"]
-    weak = ch13.instrument_figures(_planted(0.55, 0.04), 12)
+    weak = ch13.instrument_figures(_planted(0.55, 0.04))
     assert "less than the 80 % asked of it" in weak["power_sentence"]
     assert "more than the 2 %" in weak["power_sentence"]
 

@@ -159,6 +159,32 @@ def test_the_many_core_phases_cap_every_measurements_rounds_and_nothing_else_doe
     assert [len(s.values) for s in runs.values()] == [testrun.CRASH_TEST_ROUNDS] * 3
 
 
+def test_the_many_core_phases_train_chapter_13s_instrument_on_a_few_seeds_only(monkeypatch):
+    """Chapter 13 trains the same seeds at any core count: the full-data phase judges them, the crash tests run them."""
+    import numpy as np
+
+    from packlab import bench
+    from packlab.accuracy import conditions
+
+    trained = []
+
+    def fake_map(function, jobs, processes, **shared):
+        for name, group in jobs:
+            trained.append((name, group))
+            yield name, group, {name: np.full(len(group), 0.9)}
+
+    monkeypatch.setattr(conditions, "forked_map", fake_map)
+    planted = {"a": conditions.Condition(lambda seed: [])}
+    monkeypatch.delenv(bench.CRASH_TEST_ROUNDS_VAR, raising=False)
+    assert len(conditions.run_conditions(planted, None, None, range(12), progress=False)["a"]) == 12
+    monkeypatch.setenv(bench.CRASH_TEST_ROUNDS_VAR, str(testrun.CRASH_TEST_ROUNDS))
+    assert len(conditions.run_conditions(planted, None, None, range(12), progress=False)["a"]) == bench.CRASH_TEST_SEEDS
+    trained.clear()
+    effect = conditions.planted_effect_power(np.zeros((2000, 1)), None, 0.03, seeds=12, pool=36, draws=10)
+    assert {len(group) for _, group in trained} == {bench.CRASH_TEST_SEEDS}
+    assert effect.pool == bench.CRASH_TEST_SEEDS and effect.seeds == bench.CRASH_TEST_SEEDS // 2
+
+
 def test_every_notebook_phase_ends_its_kernels_with_a_shutdown_request():
     commands = testrun.phase_commands(4, 600, [], [])
     for phase in ("notebooks", "notebooks-8-cores-user", "notebooks-16-cores-no-ptrace"):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from packlab import bench
 from packlab.accuracy import instrument
 from packlab.accuracy.paired import PairedDifference, paired_difference
 from packlab.accuracy.pixels import SmallImages
@@ -70,6 +71,7 @@ def run_conditions(conditions: Mapping[str, Condition], train: SmallImages, hold
     from tqdm import tqdm
 
     seeds = list(seeds)
+    seeds = seeds[: bench.crash_test_count(len(seeds))]  # all of them, except in make test's many-cores passes
     groups = [tuple(seeds[i : i + together]) for i in range(0, len(seeds), together)]
     jobs = [(name, group) for name in conditions for group in groups]
     processes = max(1, min(processes, len(jobs)))
@@ -161,6 +163,8 @@ def planted_effect_power(train: SmallImages, holdout: SmallImages, flip_share: f
     per condition instead would cost hundreds of times more. ``processes`` banks train at
     once (:func:`run_conditions`); ``options`` go to :class:`Condition` (``norm``).
     """
+    pool = bench.crash_test_count(pool)  # all of it, except in make test's many-cores passes (run_conditions's cap)
+    seeds = min(seeds, max(2, pool // 2))
     size = len(train)
     planted = {"clean": Condition(instrument.shuffled_epochs(size, 0, epochs), **options),
                "repeat": Condition(instrument.shuffled_epochs(size, 1, epochs), **options),

@@ -86,7 +86,7 @@ CORE_READERS = ("chapters/00_setup", "chapters/01_jpeg_files", "chapters/02_zip"
 #: The 16-core phase's log of the notebooks that read the emulated core count.
 CORE_READS_LOG = Path("_build") / "core-reads-16.log"
 #: Rounds per measurement in the many-cores phases: crash tests, not verdicts (see the module's docstring).
-CRASH_TEST_ROUNDS = 2
+CRASH_TEST_ROUNDS = 1
 #: The small-data mode's size (setup.md recommends it for a JupyterHub with a small quota).
 SMALL_COUNT = 2000
 #: A py-spy that refuses to attach as Yama's ptrace_scope = 1 makes it refuse a normal user (chapter 11's fallback).

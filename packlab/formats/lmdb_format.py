@@ -126,17 +126,28 @@ def _check_not_truncated(env, path: Path) -> None:
         )
 
 
-def open_environment(path: Path | str, readahead: bool = True):
-    """This process's read-only environment on ``path``, opened on first use (see the module docstring)."""
+def open_environment(path: Path | str, readahead: bool | None = None):
+    """This process's read-only environment on ``path``, opened on first use (see the module docstring).
+
+    ``readahead`` is LMDB's ``MDB_NORDAHEAD`` switch, fixed when the file is opened. ``None``
+    takes the environment this process already has as it is (a new one reads ahead, LMDB's
+    default). ``True`` or ``False`` is a demand: an environment opened the other way is
+    closed and opened again, since py-lmdb allows one per file per process. Without that, a
+    dataset asking for random reads without readahead would silently get whatever an earlier
+    reader in the process had opened.
+    """
     path = Path(path)
     where = os.path.realpath(path)
     pid = os.getpid()
     entry = _ENVIRONMENTS.get(where)
     if entry is not None and entry[0] == pid:
-        return entry[1]
-    if entry is not None:  # inherited through fork: close this process's copy, or py-lmdb refuses to reopen
+        if readahead is None or entry[1].flags()["readahead"] == readahead:
+            return entry[1]
+        close_environment(path)  # opened the other way: a transaction still open on it fails with lmdb.Error
+    elif entry is not None:  # inherited through fork: close this process's copy, or py-lmdb refuses to reopen
         entry[1].close()
         del _ENVIRONMENTS[where]
+    readahead = True if readahead is None else readahead
     _, env = open_packed(path, None, "LMDB", "write_lmdb", errors=(lmdb.Error,),
                          open_file=lambda where: lmdb.open(str(where), subdir=False, readonly=True, lock=False,
                                                            readahead=readahead))

@@ -52,8 +52,10 @@ def verdict_text(difference: PairedDifference) -> str:
 
 
 @provides_figures("seed_spread", "planted_sentence", "power_sentence", "key_instrument")
-def instrument_figures(planted: PlantedEffect, seeds: int) -> dict:
-    """What the planted effect showed: the seeds' spread, one ``seeds``-seed verdict, and the power over the pool."""
+def instrument_figures(planted: PlantedEffect) -> dict:
+    """What the planted effect showed: the seeds' spread, one verdict on its first ``planted.seeds`` seeds (the
+    number every comparison of the chapter uses), and the power over the pool."""
+    seeds = planted.seeds
     clean, flipped, repeat = planted.clean[:seeds], planted.flipped[:seeds], planted.repeat[:seeds]
     cost = paired_difference(flipped, clean)
     same = paired_difference(repeat, clean)
