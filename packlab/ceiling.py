@@ -104,13 +104,16 @@ def measure_parallel_ceiling(items: Sequence, processes: int, transform: Callabl
     and ``write``): exactly what the loader's workers do per image, from bytes already in
     memory into memory already mapped, and nothing else. Each process takes every
     ``processes``-th item, does its first item once untimed (a loader's workers are timed
-    after their first batch, :mod:`packlab.steady`), then all start together (a barrier),
-    and the rate is all items over the time from the first start to the last finish.
-    Nothing crosses a process boundary and nothing is read from a file, so no loader doing
-    the same work with that many workers can beat it: a loader's rate divided by it is what
-    the loader itself costs. Give it at least the loader's epoch of items
-    (:func:`shard_items`): a short run is the noisiest row of a comparison, and a ceiling
-    measured low by chance puts a loader above it (:func:`loader_vs_ceiling`).
+    after their first batch, :mod:`packlab.steady`), then all start together (a barrier).
+    The rate is the sum of the processes' own rates (each one's items over its own time),
+    not all items over the time from the first start to the last finish: the second would
+    charge the ceiling for the slowest process's tail, an imbalance that a loader handing
+    out work as its workers free up does not pay, and a loader could then beat its ceiling
+    by a few per cent. Nothing crosses a process boundary and nothing is read from a file,
+    so no loader doing the same work with that many workers can beat it: a loader's rate
+    divided by it is what the loader itself costs. Give it at least the loader's epoch of
+    items (:func:`shard_items`): a short run is the noisiest row of a comparison, and a
+    ceiling measured low by chance puts a loader above it (:func:`loader_vs_ceiling`).
     """
     import multiprocessing
 
@@ -126,7 +129,7 @@ def measure_parallel_ceiling(items: Sequence, processes: int, transform: Callabl
     spans = [results.get(timeout=3600) for _ in workers]
     for worker in workers:
         worker.join()
-    return sum(n for _, _, n in spans) / (max(end for _, end, _ in spans) - min(start for start, _, _ in spans))
+    return sum(n / (end - start) for start, end, n in spans if n)
 
 
 def shard_items(shards: Sequence[str], limit: int | None = None) -> list[tuple[bytes, str]]:
