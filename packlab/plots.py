@@ -11,7 +11,10 @@ different groups :data:`HATCHES`, and classes are told apart by position and lab
 Every function takes ``caption=``: a sentence saying what the figure shows, drawn under
 it as part of the image (:func:`add_caption`), so the same caption shows in JupyterLab,
 in the built book and on a projector, and is kept as the figure's label for whoever
-reads the figure object.
+reads the figure object. Where IPython shows the figure (JupyterLab, the book's runs), the
+caption also goes into the PNG as its ``Description`` text chunk
+(:mod:`packlab.captions`), and the book's build makes it the image's alt text
+(:mod:`packlab.course.book`): a screen reader reads the sentence, not a file name.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from cycler import cycler
+
+from packlab.captions import DESCRIPTION_KEY, describe_figures_in_png, png_with_description  # noqa: F401 - re-exported
 
 #: Okabe and Ito's palette, which readers with any common colour-vision deficiency can tell
 #: apart (blue, orange, bluish green, vermillion, reddish purple, sky blue, yellow, black).
@@ -65,6 +70,7 @@ def add_caption(fig, caption: str | None, width: int = 95):
     if not caption:
         return fig
     fig.set_label(caption)
+    describe_figures_in_png()
     lines = textwrap.fill(caption, width=max(40, int(width * fig.get_figwidth() / 8)))
     fig.text(0.0, -0.02, lines, ha="left", va="top", fontsize=SMALL, style="italic", transform=fig.transFigure)
     return fig
@@ -553,4 +559,28 @@ def plot_worker_memory(series: Mapping[str, Sequence[Mapping]], ax=None, title: 
     ax.set_title(title or "Worker memory over one epoch (fork workers)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=SMALL, loc="center right")
+    return _finish(fig, caption)
+
+
+def plot_share_per_reader(shares: Mapping[str, Sequence[float]], unit: str = "GB", ax=None,
+                          caption: str | None = None):
+    """What each reader (a worker of a rank) reads in an epoch, readers sorted from most to least, one line a job.
+
+    An epoch lasts as long as its busiest reader takes, the line's left end; the dashed line
+    is the even share (all the data over all the readers). A job whose line lies flat on it
+    keeps every reader busy to the end of the epoch.
+    """
+    fig, ax = _fig_ax(ax, (7.5, 3.8))
+    even = None
+    for (name, values), colour, marker in zip(shares.items(), _cycle(PALETTE), _cycle(MARKERS)):
+        ordered = sorted(values, reverse=True)
+        ax.step(range(1, len(ordered) + 1), ordered, where="mid", color=colour, marker=marker,
+                markevery=max(1, len(ordered) // 8), label=f"{name}: the busiest reader reads {ordered[0]:.2f} {unit}")
+        even = sum(values) / len(values)
+    if even is not None:
+        ax.axhline(even, color=GREY, linestyle="--", label=f"an even share: {even:.2f} {unit}")
+    ax.set_xlabel("reader (rank × worker), from the busiest to the least busy")
+    ax.set_ylabel(f"read in one epoch ({unit})")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=SMALL)
     return _finish(fig, caption)

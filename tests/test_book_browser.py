@@ -279,3 +279,42 @@ def test_no_page_shows_a_library_s_warnings(built_book):
              if (found := _noise(_stderr_blocks(built_book / page)))}
     assert not noisy, "stderr that is not the course's own, by page:\n" + "\n".join(
         f"{page}:\n  " + "\n  ".join(found) for page, found in noisy.items())
+
+
+_IMG = re.compile(r"<img\b[^>]*>", re.I)
+_ATTRIBUTE = re.compile(r'(\w[\w-]*)="([^"]*)"')
+_IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp)$", re.I)
+
+
+def _content_images(page: Path) -> list[dict]:
+    """The attributes of every image in a page's main content (the chapter, not the theme's navigation)."""
+    text = page.read_text()
+    main = text.split('id="main-content"', 1)[-1]
+    return [dict(_ATTRIBUTE.findall(tag)) for tag in _IMG.findall(main)]
+
+
+def _missing_alt(attributes: dict) -> bool:
+    alt = html.unescape(attributes.get("alt", "")).strip()
+    name = attributes.get("src", "").rsplit("/", 1)[-1]
+    return not alt or alt == name or bool(_IMAGE_FILE.search(alt))
+
+
+def test_an_image_without_a_sentence_for_alt_text_is_found():
+    assert _missing_alt({"src": "../_images/ab12.png", "alt": "ab12.png"})
+    assert _missing_alt({"src": "../_images/ab12.png", "alt": "../_images/ab12.png"})
+    assert _missing_alt({"src": "../_images/ab12.png"})
+    assert not _missing_alt({"src": "../_images/ab12.png", "alt": "Images per second against workers."})
+
+
+@pytest.mark.needs_book
+def test_every_figure_has_alt_text_that_says_what_it_shows(built_book):
+    figures, missing = 0, {}
+    for page in _book_pages(built_book):
+        images = _content_images(built_book / page)
+        figures += len(images)
+        bad = [a.get("src", "?") for a in images if _missing_alt(a)]
+        if bad:
+            missing[page] = bad
+    assert figures > 20, f"only {figures} images in the book's pages: is the main content found?"
+    assert not missing, "images whose alt text is a file name or empty, by page (give the figure a caption=):\n" + \
+        "\n".join(f"{page}: {', '.join(srcs)}" for page, srcs in missing.items())

@@ -38,6 +38,16 @@ def test_the_shard_table_sentence_counts_ranks_with_each_share():
     assert figures["extra_batches_pct"] == "12.5"
 
 
+
+def test_the_share_per_reader_sentence_says_how_much_longer_the_epoch_lasts():
+    even = {"256 shards": [1.09] * 128}
+    uneven = {"140 shards": [2.0] * 12 + [1.0] * 116, "144 shards": [1.94] * 16 + [0.97] * 112}
+    sentence = ch06.reader_share_figures({**uneven, **even})["reader_share_sentence"]
+    assert "1.83 times as long with 140 shards" in sentence and "1.00 times as long with 256 shards" in sentence
+    assert "every reader reads the same" in sentence
+    sentence = ch06.reader_share_figures(uneven)["reader_share_sentence"]
+    assert "leaves some readers idle" in sentence and "every reader reads the same" not in sentence
+
 def test_with_epoch_counts_per_worker():
     counted = {("samples", 0): (100, 100), ("samples", 2): (200, 200), ("batches", 2): (200, 3200)}
     figures = ch06.with_epoch_figures(100, 2, 16, counted)

@@ -51,3 +51,33 @@ def test_rates_with_ranges_show_median_range_groups_and_reference_lines():
     assert ax.patches[0].get_facecolor() != ax.patches[1].get_facecolor()
     assert any("parallel ceiling (700)" == text.get_text() for text in ax.get_legend().get_texts())
     plt.close(fig)
+
+
+def test_a_captioned_figure_carries_its_caption_into_the_png_and_the_book_makes_it_alt_text(tmp_path):
+    import base64
+
+    from docutils import nodes
+
+    from packlab.course import book
+
+    caption = "Images per second against workers, 0 to 16; the ceiling is the dashed line (×, ° kept)."
+    fig, ax = plt.subplots()
+    ax.plot([1, 2])
+    plots.add_caption(fig, caption)
+    (tmp_path / "figure.png").write_bytes(base64.b64decode(plots.png_with_description(fig)))
+    plt.close(fig)
+    assert book.png_description(tmp_path / "figure.png") == caption
+
+    class Env:
+        docname = "chapters/01_jpeg_files"
+
+        def relfn2path(self, uri, docname):
+            return uri, str(tmp_path / uri.lstrip("/"))
+
+    class App:
+        env = Env()
+
+    page = nodes.section()
+    page += [nodes.image(uri="/figure.png"), nodes.image(uri="/figure.png", alt="its own words")]
+    book.describe_images(App(), page)
+    assert [image["alt"] for image in page.findall(nodes.image)] == [caption, "its own words"]

@@ -10,6 +10,10 @@ Two things:
   notebook glued (:func:`packlab.course.prose.figures` glues every name it binds), and only
   then asks a kernel, if there is one. A name found in neither is a warning, which fails
   the build (``-W``): a sentence never silently loses its number.
+* **Alt text for figures.** myst-nb writes a cell's PNG output as an image with no alt
+  text, so the HTML falls back to the file's name. The course's figures carry their
+  caption in the PNG's ``Description`` text chunk (:mod:`packlab.captions`);
+  :func:`describe_images` makes it the image's alt text.
 * **Duplicate scripts.** Jupyter Book 1.0.4 with sphinx-thebe 0.3.1 registers
   sphinx-thebe's inline configuration script twice, so every page declares ``const
   THEBE_JS_URL`` twice and the browser reports "Identifier 'THEBE_JS_URL' has already
@@ -68,8 +72,37 @@ def drop_duplicate_scripts(app, pagename, templatename, context, doctree) -> Non
     context["script_files"] = unique
 
 
+def png_description(path) -> str | None:
+    """The ``Description`` text of the PNG at ``path`` (a figure's caption), or None."""
+    from PIL import Image
+
+    from packlab.captions import DESCRIPTION_KEY
+
+    try:
+        with Image.open(path) as image:
+            return (getattr(image, "text", None) or {}).get(DESCRIPTION_KEY) or None
+    except (OSError, ValueError):
+        return None
+
+
+def describe_images(app, doctree) -> None:
+    """Give every image without alt text its PNG's description (see the module docstring)."""
+    from docutils import nodes
+
+    env = app.env
+    for image in doctree.findall(nodes.image):
+        uri = image.get("uri", "")
+        if image.get("alt") or not uri.lower().endswith(".png") or "://" in uri:
+            continue
+        _, path = env.relfn2path(uri, env.docname)
+        description = png_description(path)
+        if description:
+            image["alt"] = description
+
+
 def setup(app):
     # Loaded after myst_nb (an extra extension), so this replaces its kernel-only role.
     app.add_role("eval", EvalFromGlueOrKernel(), override=True)
     app.connect("html-page-context", drop_duplicate_scripts)
+    app.connect("doctree-read", describe_images)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

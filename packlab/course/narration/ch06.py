@@ -55,3 +55,22 @@ def with_epoch_figures(n: int, workers: int, batch_size: int, counted: dict) -> 
         "wds_per_worker": f"{n // workers:,}",
     }
 
+
+
+@provides_figures("reader_share_sentence")
+def reader_share_figures(per_reader: dict) -> dict:
+    """The sentence under the share-per-reader figure: how much longer than it needs each job's epoch lasts.
+
+    ``per_reader`` maps a job (``"140 shards"``) to what each of its readers reads; the
+    epoch lasts as long as the busiest reader takes, so its length over an even split's is
+    the busiest share over the mean share.
+    """
+    stretch = {name: max(shares) / (sum(shares) / len(shares)) for name, shares in per_reader.items()}
+    best = min(stretch, key=stretch.get)
+    parts = ", ".join(f"{factor:.2f} times as long with {name}" for name, factor in stretch.items())
+    sentence = f"The epoch lasts as long as its busiest reader takes: against an even split, {parts}. "
+    if stretch[best] < 1.01:
+        sentence += f"With {best} every reader reads the same and none waits for the others."
+    else:
+        sentence += f"Even {best} leaves some readers idle while the busiest finish."
+    return {"reader_share_sentence": sentence}
