@@ -40,8 +40,13 @@ def _pyproject_pins() -> dict[str, str]:
     return pins
 
 
-def _environment_pins() -> dict[str, str]:
-    env = yaml.safe_load((paths.repo_root() / "environment.yml").read_text())
+def _environment(name: str = "environment.yml") -> dict:
+    return yaml.safe_load((paths.repo_root() / name).read_text())
+
+
+def _environment_pins(name: str = "environment.yml") -> dict[str, str]:
+    """``{PyPI name: version}`` of a conda environment file (a conda build string after the version is dropped)."""
+    env = _environment(name)
     assert env["channels"] == ["conda-forge"]
     pins = {}
     for dep in env["dependencies"]:
@@ -56,19 +61,35 @@ def _environment_pins() -> dict[str, str]:
         if dep in ("pip",) or dep.startswith("python="):
             continue
         name, _, pinned = dep.partition("=")
-        assert pinned and not pinned.startswith("="), f"environment.yml: {dep!r} is not pinned as name=version"
-        pins[CONDA_TO_PYPI.get(name.lower(), name.lower())] = pinned
+        assert pinned and not pinned.startswith("="), f"{name}: {dep!r} is not pinned as name=version"
+        pins[CONDA_TO_PYPI.get(name.lower(), name.lower())] = pinned.split("=", 1)[0]
     return pins
 
 
-def test_environment_yml_matches_pyproject():
-    pyproject, environment = _pyproject_pins(), _environment_pins()
+def _agree(pyproject: dict[str, str], environment: dict[str, str], name: str) -> None:
     assert set(pyproject) == set(environment), (
         f"only in pyproject.toml: {sorted(set(pyproject) - set(environment))}; "
-        f"only in environment.yml: {sorted(set(environment) - set(pyproject))}"
+        f"only in {name}: {sorted(set(environment) - set(pyproject))}"
     )
     differing = {n: (pyproject[n], environment[n]) for n in pyproject if pyproject[n] != environment[n]}
-    assert not differing, f"versions differ (pyproject, environment.yml): {differing}"
+    assert not differing, f"versions differ (pyproject, {name}): {differing}"
+
+
+def test_the_attendees_environment_is_pyprojects_dependencies_with_cpu_pytorch():
+    _agree(_pins(_project()["dependencies"], "dependencies"), _environment_pins(), "environment.yml")
+    assert "pytorch=2.13.0=cpu*" in _environment()["dependencies"], "environment.yml: PyTorch's CPU build"
+
+
+def test_the_developers_environment_is_every_pin_of_pyproject():
+    _agree(_pyproject_pins(), _environment_pins("environment-dev.yml"), "environment-dev.yml")
+    assert _environment("environment-dev.yml")["name"] != _environment()["name"], "two environments, two names"
+
+
+def test_a_pin_missing_from_an_environment_is_named():
+    import pytest
+
+    with pytest.raises(AssertionError, match="only in pyproject.toml: \\['nbval'\\]"):
+        _agree({"nbval": "0.11.0", "torch": "2.13.0"}, {"torch": "2.13.0"}, "environment.yml")
 
 
 def test_the_dev_extra_holds_the_book_and_test_tools_and_nothing_twice():

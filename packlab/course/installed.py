@@ -77,12 +77,16 @@ def differences(pins: dict[str, str]) -> list[str]:
     return out
 
 
-def conda_advice(root: Path | None = None) -> str:
-    """The commands that bring a conda environment to the pins (what the Makefile will not do for it)."""
+def conda_advice(root: Path | None = None, dev: bool = False) -> str:
+    """The commands that bring a conda environment to the pins (what the Makefile will not do for it).
+
+    ``dev``: the developers' environment (the book, the tests, DALI), ``environment-dev.yml``;
+    otherwise the attendees', ``environment.yml``.
+    """
     text = ((root or paths.repo_root()) / "pyproject.toml").read_text()
     no_deps = " ".join(f"{n}=={v}" for n, v in _array(text, "no-deps"))
     return ("This is a conda environment: the Makefile does not install into it. In it, run\n"
-            "  conda env update -f environment.yml\n"
+            f"  conda env update -f {'environment-dev.yml' if dev else 'environment.yml'}\n"
             f"  pip install --no-deps {no_deps}\n"
             "then the make command again.")
 
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = "; ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
     print(f"{sys.prefix} differs from pyproject.toml: {shown}")
     if (Path(sys.prefix) / "conda-meta").is_dir():
-        print(conda_advice())
+        print(conda_advice(dev=args.dev))
         return CONDA
     return MISSING
 

@@ -5,7 +5,7 @@ Three jobs around a workshop, each a ``make`` target:
 * ``make release DEST=...`` (:func:`release`) writes the attendees' copy of the course into
   the git repository ``DEST`` as one commit: every file git tracks here, except the
   solutions and what only needs them (:data:`LEFT_OUT`: ``solutions/``, ``tests/``,
-  ``.ci/``) and the instructor guide, with the notebooks' headers as the pinned jupytext
+  ``.ci/``, the developers' conda environment) and the instructor guide, with the notebooks' headers as the pinned jupytext
   saves them, a README for attendees (``attendee_readme.md``) and a table of contents
   without the guide. Releasing again into the same repository adds a commit, which
   attendees ``git pull`` (``make update``: a fix on day 2). The release is checked before
@@ -48,7 +48,7 @@ from packlab import paths
 
 #: Top-level paths of the repository that the attendees' copy leaves out: the solutions,
 #: the tests and CI, which need them, and the instructor guide.
-LEFT_OUT = ("solutions", "tests", ".ci", "instructor.md")
+LEFT_OUT = ("solutions", "tests", ".ci", "instructor.md", "environment-dev.yml")
 #: The release's README: written for attendees (the checkout's README is the course's own).
 ATTENDEE_README = Path(__file__).with_name("attendee_readme.md")
 #: A link to the instructor guide in a released page becomes its text: ``{doc}`the guide <instructor>```.
