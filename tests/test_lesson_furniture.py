@@ -157,6 +157,7 @@ def figures(tmp_path_factory):
                                                       0.15: {"equal called different": 0.34}},
                                             "balanced": {0.06: {"equal called different": 0.004},
                                                          0.15: {"equal called different": 0.0}}}, bound=0.02),
+        "plot_share_per_reader": dict(shares={"140 shards": [2.0] * 12 + [1.0] * 116, "256 shards": [1.09] * 128}),
         "plot_shared_offset_race": dict(steps=[("parent", "seek to A", 1_000_000), ("child", "seek to B", 6_000_000),
                                                ("parent", "read 'A': gets B", 6_110_000)],
                                         targets={"member A": 1_000_000, "member B": 6_000_000}),

@@ -183,6 +183,13 @@ def test_the_many_core_phases_train_chapter_13s_instrument_on_a_few_seeds_only(m
     effect = conditions.planted_effect_power(np.zeros((2000, 1)), None, 0.03, seeds=12, pool=36, draws=10)
     assert {len(group) for _, group in trained} == {bench.CRASH_TEST_SEEDS}
     assert effect.pool == bench.CRASH_TEST_SEEDS and effect.seeds == bench.CRASH_TEST_SEEDS // 2
+    # Chapter 14's unpaired runs: two seeds.
+    from packlab.accuracy import training
+
+    monkeypatch.setattr(training, "forked_map", lambda function, jobs, processes, **shared: (
+        (name, seed, f"run {seed}") for name, seed in jobs))
+    runs = training.accuracy_runs({"a": None}, [0] * 10, None, seeds=range(5), processes=1, progress=False)
+    assert runs == {"a": ["run 0", "run 1"]}
 
 
 def test_every_notebook_phase_ends_its_kernels_with_a_shutdown_request():

@@ -89,13 +89,18 @@ def describe_images(app, doctree) -> None:
     """Give every image without alt text its PNG's description (see the module docstring)."""
     from docutils import nodes
 
+    from pathlib import Path
+
     env = app.env
     for image in doctree.findall(nodes.image):
         uri = image.get("uri", "")
         if image.get("alt") or not uri.lower().endswith(".png") or "://" in uri:
             continue
-        _, path = env.relfn2path(uri, env.docname)
-        description = png_description(path)
+        # Sphinx's image collector, also on doctree-read, may already have rewritten the uri relative to the
+        # source folder (myst-nb writes "/_build/jupyter_execute/<hash>.png"): try that reading and the document's.
+        candidates = [Path(app.srcdir) / image.get("candidates", {}).get("*", uri.lstrip("/")),
+                      Path(env.relfn2path(uri, env.docname)[1])]
+        description = next((d for d in map(png_description, candidates) if d), None)
         if description:
             image["alt"] = description
 
