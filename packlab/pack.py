@@ -119,14 +119,20 @@ def write_zip(
     dst.parent.mkdir(parents=True, exist_ok=True)
     samples = _select(samples, root)
     tmp = dst.with_name(f"{dst.name}.partial-{os.getpid()}")
+    def fixed_time(name: str) -> zipfile.ZipInfo:
+        # A fixed timestamp on every member, labels.csv included, makes archives byte-identical from run to run
+        # (writestr with a bare name stamps the current time, which differs when a second boundary falls between).
+        info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+        info.compress_type = COMPRESSIONS[compression]
+        return info
+
     with zipfile.ZipFile(tmp, "w", compression=COMPRESSIONS[compression]) as archive:
-        archive.writestr(ZIP_LABELS_MEMBER, "key,label\n" + "".join(f"{s.key},{s.label}\n" for s in samples))
+        labels = fixed_time(ZIP_LABELS_MEMBER)
+        labels.external_attr = 0o600 << 16  # what writestr gives a bare name: a plain file, rw for its owner
+        archive.writestr(labels, "key,label\n" + "".join(f"{s.key},{s.label}\n" for s in samples))
         payloads = iter_member_bytes(samples, members, root)
         for sample, payload in _progress(zip(samples, payloads), len(samples), f"zip ({members}, {compression})", progress):
-            # A fixed timestamp makes archives byte-identical from run to run.
-            info = zipfile.ZipInfo(member_name(sample.key, members), date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = COMPRESSIONS[compression]
-            archive.writestr(info, payload)
+            archive.writestr(fixed_time(member_name(sample.key, members)), payload)
     os.replace(tmp, dst)
     return dst
 
