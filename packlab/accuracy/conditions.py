@@ -70,8 +70,7 @@ def run_conditions(conditions: Mapping[str, Condition], train: SmallImages, hold
     """
     from tqdm import tqdm
 
-    seeds = list(seeds)
-    seeds = seeds[: bench.crash_test_count(len(seeds))]  # all of them, except in make test's many-cores passes
+    seeds = list(seeds)[: bench.crash_test_count(len(seeds))]  # all of them, except in make test's many-cores passes
     groups = [tuple(seeds[i : i + together]) for i in range(0, len(seeds), together)]
     jobs = [(name, group) for name in conditions for group in groups]
     processes = max(1, min(processes, len(jobs)))
