@@ -60,7 +60,7 @@ help:
 	@echo "make exercises  write exercises/NN_*.md from solutions/NN_*.md (solutions become stubs)"
 	@echo "make grade NB=exercises/01_jpeg_dataset.md   run notebooks in a fresh kernel and score their checks"
 	@echo "make submit NAME=yourname   pack your exercises (mywork/) as submissions/NAME/exercises/ and NAME.zip"
-	@echo "make update     bring in the instructor's latest release: git stash, git pull, git stash pop (your work kept)"
+	@echo "make update     close your chapters first; brings in the instructor's latest release (your work kept) and names the chapters it changed"
 	@echo "make container  the course as an OCI image (podman; Debian base from mmdebstrap, then PyPI); make container-check runs the doctor and chapter 1 in it"
 	@echo "make gradebook CLASS=folder  every attendee's notebooks (folder/<attendee>/exercises/) into folder/gradebook.csv, each in a sandbox"
 	@echo "make handback CLASS=folder   a zip per attendee of their feedback (folder/handback/NAME.zip), for a laptop room"

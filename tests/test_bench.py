@@ -131,6 +131,8 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
         assert row["epochs"][0]["images"] == 60, row["loader"]
         assert row["audit"].startswith("ok: every key exactly once"), (row["loader"], row["audit"])
         assert "limited_by" in row["where_the_time_goes"]
+        # Against the decode ceiling only where the row does the ceiling's work (the originals); never a stored copy.
+        assert (row["vs_parallel_ceiling"] is None) == row["group"].startswith("stored"), row["loader"]
     # The headline ratios come from head-to-head runs: six counterbalanced rounds each, every epoch audited.
     peers = written["headlines"]["peers"]
     best = max((r for r in written["loaders"] if r["group"] == OURS), key=lambda r: r["median_images_per_s"])
@@ -164,6 +166,7 @@ def test_a_quick_benchmark_writes_every_key_and_a_plot(small_root, tmp_path):
     text = format_benchmark(results)
     assert "training_pipeline_speedup" in text and "ours_vs_best_peer" in text and "PSNR" in text
     assert "processes at once" in text and "reused shared" in text and any("turn 3/3" in line for line in lines)
+    assert "the stored rows decode other work" in text
 
 
 def test_where_the_time_goes_splits_the_cores_time_per_image():

@@ -1077,4 +1077,5 @@ def test_list_checks_describes_every_check():
             "shard_split", "rank_dataset"} <= set(ids)
     assert [i.notebook for i in infos] == sorted(i.notebook for i in infos)
     for info in infos:
-        assert info.description and "(" in info.signature and len(info.parts) >= 4
+        # A check of code has at least four behaviours to get right; an answer cell's check (exercise 6's) three.
+        assert info.description and "(" in info.signature and len(info.parts) >= (3 if info.id.endswith("_answer") else 4)

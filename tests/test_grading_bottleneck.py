@@ -443,3 +443,52 @@ def test_a_run_stalled_by_a_busy_machine_is_measured_again_and_a_missing_warm_up
     assert right.passed and "second run" in right.message, right.message
     (wrong,) = check("bottleneck", first_cold_run_stalled("none"), parts=["warm"], quiet=True, record=False).parts
     assert not wrong.passed and "for the first time" in wrong.message, wrong.message
+
+
+# ------------------------------------------------------- Part C: the answer cell
+
+
+def _spread(*values):
+    from packlab.bench import Spread
+
+    return Spread.of(list(values))
+
+
+def _measured():
+    """Two runs as Part B records them: a slow loader with no workers, a clearly slower model with two."""
+    slow_loader = {"loader": _spread(100, 101, 99, 102, 98, 100), "consumer": _spread(300, 305, 298, 301, 299, 302)}
+    slow_model = {"loader": _spread(600, 610, 590, 605, 595, 600), "consumer": _spread(300, 305, 298, 301, 299, 302)}
+    return {0: slow_loader, 2: slow_model}
+
+
+WHY = "Without workers the loader decodes on one core; with two workers the model is the slower side."
+
+
+def _answer_parts(answer) -> dict[str, bool]:
+    result = check("bottleneck_answer", answer, quiet=True, record=False)
+    return {part.name: part.passed for part in result.parts}
+
+
+@pytest.mark.parametrize("wrong, failing", [
+    (lambda m: {"measured": m, "pace": {0: "loader", 2: "loader"}, "why": WHY}, {"pace_follows_your_runs"}),
+    (lambda m: {"measured": m, "pace": {0: "consumer", 2: "loader"}, "why": WHY}, {"pace_follows_your_runs"}),
+    (lambda m: {"measured": m, "pace": {0: "loader"}, "why": WHY}, {"pace_answered", "pace_follows_your_runs"}),
+    (lambda m: {"measured": m, "pace": {0: "the loader", 2: "GPU"}, "why": WHY}, {"pace_answered", "pace_follows_your_runs"}),
+    (lambda m: {"measured": m, "pace": {0: "loader", 2: "consumer"}, "why": "loader"}, {"why"}),
+    (lambda m: {"measured": m, "pace": {0: "loader", 2: "consumer"}, "why": "it was slow because it was slow there today"}, {"why"}),
+])
+def test_an_answer_that_does_not_follow_the_runs_fails_the_part_it_breaks(wrong, failing):
+    measured = _measured()
+    parts = _answer_parts(lambda: wrong(measured))
+    assert {name for name, passed in parts.items() if not passed} == failing, parts
+
+
+def test_the_answer_that_reads_the_runs_passes_and_the_stub_is_not_started():
+    measured = _measured()
+    assert all(_answer_parts(lambda: {"measured": measured, "pace": {0: "loader", 2: "consumer"}, "why": WHY}).values())
+
+    def stub():
+        raise NotImplementedError("your code here")
+
+    result = check("bottleneck_answer", stub, quiet=True, record=False)
+    assert not result.passed and all(part.not_started for part in result.parts)

@@ -20,9 +20,12 @@ in headless Chromium, driven by Playwright, in a temporary clone (never in this 
   the value the chapter's cells passed to ``figures()`` (no raw role, no bare name);
   saving leaves the ``.md`` file byte-identical (its header is as jupytext writes it),
   while the paired ``.ipynb`` keeps the evaluated values;
-* then the instructor commits a fix to that chapter and to that exercise, and ``git
-  pull`` in the clone succeeds: nothing the attendee did is in its way, the fix arrives,
-  and the attendee's solution in ``mywork/`` stays.
+* a "Try it" done as the chapters say, in the chapter's console (right-click → *New
+  Console for Notebook*), sees the chapter's names, and saving the chapter afterwards
+  leaves it byte-identical: no tracked file changes;
+* then the instructor commits a fix to that chapter and to that exercise, and ``make
+  update`` in the clone succeeds with nothing to put aside: it names the chapter and
+  the exercise it changed, the fix arrives, and the attendee's solution in ``mywork/`` stays.
 
 Screenshots: ``_build/screens/lab-*.png``. Under ``make test`` it runs after the
 notebooks (``needs_book`` orders it there, see ``packlab/course/testrun.py``), beside the
@@ -50,7 +53,7 @@ import pytest
 from browser_support import CHROMIUM_FLAGS, chromium  # noqa: F401 - the shared fixture
 
 from packlab import paths
-from packlab.course import exercises, lab, release
+from packlab.course import exercises, lab, release, update
 
 pytestmark = pytest.mark.needs_book
 
@@ -366,11 +369,39 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
 
 
 # ---------------------------------------------------------------------------------------
+# A Try-it, done where the chapters say: in the chapter's console
+
+
+def test_a_try_it_in_the_chapters_console_sees_the_chapter_and_leaves_it_unchanged(page, jupyterlab, clone):
+    """Right-click in the chapter → New Console for Notebook: the chapter's kernel, and nothing saved into the chapter."""
+    chapter_path = clone[1] / CHAPTER
+    original = chapter_path.read_text()
+    with _screenshot_on_failure(page, "console"):
+        panel = _current_notebook(page, chapter_path.name)  # left open, run, by the chapter's test above
+        panel.locator(".jp-Notebook").first.click(button="right")
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New Console for Notebook$")).click()
+        console = page.locator(".jp-CodeConsole:visible").first
+        console.wait_for()
+        prompt = console.locator(".jp-CodeConsole-promptCell .cm-content")
+        prompt.click()
+        page.keyboard.type('print(NaiveZipDataset.__name__, "seen from the console")')  # a class the chapter defined
+        page.keyboard.press("Shift+Enter")
+        console.locator(".jp-OutputArea-output", has_text="NaiveZipDataset seen from the console").wait_for()
+        _screenshot(page, "console")
+        # Back to the chapter, and save it as an attendee would: the console's cells are not in it.
+        # (The console's tab carries the chapter's name too: the notebook's is the document's.)
+        page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab[data-type="document-title"]', has_text=chapter_path.name).click()
+        _save_and_wait(page, chapter_path.with_suffix(".ipynb"))
+    assert chapter_path.read_text() == original, "the Try-it changed the chapter:\n" + _diff(original, chapter_path.read_text(), CHAPTER)
+    assert _git(clone[1], "status", "--porcelain", "--untracked-files=no") == "", "the Try-it left changes in tracked files"
+
+
+# ---------------------------------------------------------------------------------------
 # Day 2: a fix arrives
 
 
-def test_after_running_and_saving_git_pull_brings_a_fix(clone, jupyterlab):
-    """The instructor fixes the chapter and the exercise the attendee ran and saved; `git pull` just works."""
+def test_after_running_a_try_it_and_saving_make_update_brings_a_fix(clone, jupyterlab):
+    """The instructor fixes the chapter and the exercise the attendee ran, tried and saved; `make update` just works."""
     upstream, attendee = clone
     mine = (attendee / EXERCISE).read_text()
     assert "NotImplementedError" not in mine.split("class JpegFolderDataset", 1)[1].split("```", 1)[0], \
@@ -380,7 +411,11 @@ def test_after_running_and_saving_git_pull_brings_a_fix(clone, jupyterlab):
     for name in (CHAPTER, "exercises/01_jpeg_dataset.md"):
         (upstream / name).write_text((upstream / name).read_text() + fix)
     _git(upstream, "commit", "-qam", "day 2: a fix to chapter 3 and exercise 1")
-    pulled = subprocess.run(["git", "pull", "--ff-only"], cwd=attendee, capture_output=True, text=True)
-    assert pulled.returncode == 0, f"git pull failed:\n{pulled.stdout}{pulled.stderr}"
+    said = []
+    assert update.update(cwd=attendee, say=said.append) == 0, "\n".join(said)
+    said = "\n".join(said)
+    assert "put aside" not in said, "make update found changes to put aside: the attendee's session left some"
+    assert f"The release changed: {CHAPTER}, exercises/01_jpeg_dataset.md." in said, said
     assert (attendee / CHAPTER).read_text().endswith(fix)
     assert (attendee / EXERCISE).read_text() == mine, "the attendee's own copy must stay as they saved it"
+    assert _git(attendee, "status", "--porcelain", "--untracked-files=no") == ""

@@ -84,17 +84,19 @@ def try_its(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_every_try_it_works_in_a_new_cell_never_in_the_chapters_own(chapter):
-    """An edit to a chapter's cell is saved into the tracked .md file, and the next `git pull` meets it.
+def test_every_try_it_is_done_in_the_chapters_console_never_in_its_cells(chapter):
+    """An edit to a chapter, even a new cell, is saved into the tracked .md file, and the next update meets it.
 
-    So a "Try it" that sends the reader to a cell says to copy it into a new cell below
-    (and never "change ... in the cell above and run it again").
+    So a "Try it" that sends the reader to a cell says to copy it into the chapter's
+    console (*New Console for Notebook*: the same kernel, nothing saved into the chapter),
+    never into a new cell, and never "change ... in the cell above and run it again".
     """
     for body in try_its(chapter.read_text()):
         flat = " ".join(body.split())
         rerun = re.search(r"\bagain\b", flat) and "this chapter again" not in flat  # not: the whole chapter elsewhere
         if re.search(r"\bcells?\b", flat) or rerun:
-            assert "new cell" in flat, f"this Try it changes a cell of the chapter itself: {flat[:160]}"
+            assert "console" in flat, f"this Try it changes the chapter itself instead of its console: {flat[:160]}"
+        assert not re.search(r"new cells?|cells? below", flat, re.I), f"this Try it adds cells to the chapter: {flat[:160]}"
         for in_place in (r"in the cell above and run it again", r"run (?:that|the) cell again", r"rerun the"):
             assert not re.search(in_place, flat), f"this Try it edits the chapter in place: {flat[:160]}"
 
@@ -102,7 +104,9 @@ def test_every_try_it_works_in_a_new_cell_never_in_the_chapters_own(chapter):
 def test_the_try_it_rule_can_fail():
     edited = "```{admonition} Try it\n:class: seealso\nSet `x=2` in the cell above and run it again.\n```\n"
     (body,) = try_its(edited)
-    assert "cell" in body and "new cell" not in body
+    assert "cell" in body and "console" not in body
+    (added,) = try_its("```{admonition} Try it\nCopy the cell above into a new cell below and run it.\n```\n")
+    assert re.search(r"new cells?|cells? below", added)
 
 
 # ------------------------------------------------------------------------------- figures

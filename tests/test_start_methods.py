@@ -16,7 +16,7 @@ no start method) once.
 
 Starting spawn workers costs seconds (each imports torch), so all map-style datasets share
 one DataLoader per start method (a ConcatDataset, cut back into its parts by position)
-and all iterable ones another (a ChainDataset over disjoint quarters of the samples).
+and all iterable ones another (a ChainDataset over disjoint parts of the samples).
 Everything reads the 60-image ``small_root`` fixture.
 """
 
@@ -61,6 +61,7 @@ SOLUTION_CLASSES = {
     "01_jpeg_dataset": {"JpegFolderDataset": "workers"},
     "02_zip_packing": {"ZipImageDataset": "open in init"},
     "03_per_worker_zip": {"OpenInInitZipDataset": "open in init", "PerWorkerZipDataset": "workers"},
+    "04a_tarfile_reader": {"TarfileShardDataset": "workers"},
     "04_tar_shards": {"TarShardDataset": "workers"},
     "05_shard_split": {"RankShardDataset": "workers", "shards_for": "helper"},
     "08_lmdb": {"LmdbDataset": "workers"},
@@ -82,16 +83,16 @@ def reference(small_root, small_manifest):
 
 @pytest.fixture(scope="module")
 def packed(small_root, small_manifest, tmp_path_factory):
-    """The small dataset as two zips, a raw-pixel folder, and tar shards in five disjoint parts of 12."""
+    """The small dataset as two zips, a raw-pixel folder, and tar shards in six disjoint parts of 10."""
     folder = tmp_path_factory.mktemp("packed")
-    quarters = [small_manifest[i : i + 12] for i in range(0, 60, 12)]
+    quarters = [small_manifest[i : i + 10] for i in range(0, 60, 10)]
     return {
         "jpeg_zip": pack.write_zip(folder / "jpeg.zip", members="jpeg", root=small_root, progress=False),
         "raw_zip": pack.write_zip(folder / "raw.zip", members="raw", root=small_root, progress=False),
         "raw_folder": pack.write_raw_folder(folder / "raw", root=small_root, progress=False),
         "lmdb": formats.write_lmdb(folder / "images.lmdb", root=small_root, progress_bar=False),
         "quarters": quarters,
-        # 3 shards of 4 per part: the 2 workers read 2 and 1 shards of every dataset (an uneven split).
+        # 3 shards (4, 4 and 2 samples) per part: the 2 workers read 2 and 1 shards of every dataset (an uneven split).
         "shards": [
             [str(p) for p in pack.write_tar_shards(folder / f"quarter-{i}", samples=part, root=small_root, maxcount=4,
                                                    progress=False)]
@@ -178,7 +179,7 @@ def map_style(small_root, packed, solutions):
 @pytest.fixture(scope="module")
 def iterable(packed, solutions):
     """``{name: (dataset, the samples it must deliver)}``: each iterable dataset reads its own quarter."""
-    first, second, third, fourth, fifth = packed["shards"]
+    first, second, third, fourth, fifth, sixth = packed["shards"]
     return {
         "TarShardDataset": (TarShardDataset(first, return_key=True), packed["quarters"][0]),
         "solution 04 TarShardDataset": (
@@ -190,6 +191,8 @@ def iterable(packed, solutions):
         "solution 12 InterleavedShardReader": (
             solutions["12_interleaved_shuffle InterleavedShardReader"](fifth, open_shards=2, return_key=True),
             packed["quarters"][4]),
+        "solution 04a TarfileShardDataset": (
+            solutions["04a_tarfile_reader TarfileShardDataset"](sixth, return_key=True), packed["quarters"][5]),
     }
 
 

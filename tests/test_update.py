@@ -104,3 +104,21 @@ def test_make_update_runs_it(repos):
                           env={**os.environ, "PYTHONPATH": str(paths.repo_root())})
     assert done.returncode == 0, done.stderr
     assert (clone / "intro.md").read_text() == "intro, fixed\n"
+
+
+def test_the_chapters_the_release_changed_are_named_with_what_to_do_if_one_is_open(repos):
+    upstream, clone = repos
+    (upstream / "exercises").mkdir()
+    (upstream / "exercises" / "01_x.md").write_text("exercise\n")
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-qm", "release: an exercise")
+    release(upstream, "chapters/01.md", "one\ntwo, fixed\nthree\n")
+    release(upstream, "intro.md", "intro, fixed\n")
+    status, said = run(clone)
+    assert status == 0, said
+    assert "The release changed: chapters/01.md, exercises/01_x.md." in said, said
+    assert "intro.md" not in said.split("The release changed:")[1], "only notebooks an attendee may have open"
+    assert "Reload Notebook from Disk" in said
+    release(upstream, "intro.md", "intro, fixed again\n")
+    status, said = run(clone)
+    assert status == 0 and "The release changed no chapter, exercise or solution." in said

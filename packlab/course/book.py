@@ -14,6 +14,11 @@ Two things:
   text, so the HTML falls back to the file's name. The course's figures carry their
   caption in the PNG's ``Description`` text chunk (:mod:`packlab.captions`);
   :func:`describe_images` makes it the image's alt text.
+* **Timetables computed, never pasted.** ``{course-schedule} summary``, ``table`` or
+  ``track NAME`` writes what :mod:`packlab.course.schedule.pages` computes from the
+  chapters as they are and the running times of this build's execution cache (filled
+  as the chapters execute, before the pages that hold the directive are read). Those
+  pages are read again on every build, so their numbers follow the chapters.
 * **Duplicate scripts.** Jupyter Book 1.0.4 with sphinx-thebe 0.3.1 registers
   sphinx-thebe's inline configuration script twice, so every page declares ``const
   THEBE_JS_URL`` twice and the browser reports "Identifier 'THEBE_JS_URL' has already
@@ -23,6 +28,8 @@ Two things:
 from __future__ import annotations
 
 import re
+
+from sphinx.util.docutils import SphinxDirective
 
 from myst_nb.core.variables import RetrievalError, render_variable_outputs
 from myst_nb.ext.eval import EvalRoleAny, eval_warning
@@ -105,9 +112,50 @@ def describe_images(app, doctree) -> None:
             image["alt"] = description
 
 
+class CourseScheduleDirective(SphinxDirective):
+    """``{course-schedule} summary | table | track NAME``: the schedule as this build computes it."""
+
+    required_arguments = 1
+    optional_arguments = 1
+    has_content = False
+
+    def run(self):
+        from pathlib import Path
+
+        from docutils import nodes
+        from docutils.statemachine import StringList
+
+        from packlab.course.schedule import pages
+
+        request = " ".join(self.arguments)
+        root = Path(self.env.srcdir)
+        cache = Path(self.env.mystnb_config.execution_cache_path or Path(self.env.app.outdir).parent / ".jupyter_cache")
+        try:
+            lines = pages.render(pages.load(root, cache), request)
+        except ValueError as error:
+            raise self.error(str(error)) from error
+        container = nodes.container(classes=["course-schedule"])
+        self.state.nested_parse(StringList(lines, source=self.env.docname), self.content_offset, container)
+        return [container]
+
+
+def reread_schedule_pages(app, env, added, changed, removed) -> list[str]:
+    """The pages that hold ``{course-schedule}``: always read again (their numbers come from other pages)."""
+    from pathlib import Path
+
+    out = []
+    for docname in env.found_docs:
+        path = Path(env.doc2path(docname))
+        if path.suffix == ".md" and "{course-schedule}" in path.read_text(encoding="utf-8"):
+            out.append(docname)
+    return out
+
+
 def setup(app):
     # Loaded after myst_nb (an extra extension), so this replaces its kernel-only role.
     app.add_role("eval", EvalFromGlueOrKernel(), override=True)
     app.connect("html-page-context", drop_duplicate_scripts)
     app.connect("doctree-read", describe_images)
+    app.add_directive("course-schedule", CourseScheduleDirective)
+    app.connect("env-get-outdated", reread_schedule_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -205,6 +205,10 @@ def instructor_toc(toc_text: str, solutions_dir: Path | None = None) -> str:
     toc = yaml.safe_load(toc_text)
     stems = [source.stem for source in solution_notebooks(solutions_dir)]
     parts = toc.get("parts", [])
+    # In the exercises' order (4a before 4b, whose file is 04_tar_shards), not the files' names.
+    listed = [c["file"].split("/", 1)[1] for part in parts for c in part.get("chapters", [])
+              if c.get("file", "").startswith("exercises/")]
+    stems.sort(key=lambda stem: (listed.index(stem) if stem in listed else len(listed), stem))
     holding = [i for i, part in enumerate(parts) if any(c.get("file", "").startswith("exercises/") for c in part.get("chapters", []))]
     solutions_part = {"caption": "Solutions", "chapters": [{"file": f"solutions/{stem}"} for stem in stems]}
     parts.insert(holding[-1] + 1 if holding else len(parts), solutions_part)

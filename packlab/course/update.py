@@ -10,6 +10,12 @@ pull`` refuse, in front of the room. So this does what a helper would type, in o
    history: a merge is never wanted);
 3. ``git stash pop``: the changes are put back.
 
+Afterwards it names the chapters, exercises and solutions the release changed: a chapter
+left open in JupyterLab across an update still holds the old text in the browser, and
+saving it would write that old text back over the release's. Hence the one instruction
+the course gives everywhere: *close your chapters, then* ``make update``; and for a
+chapter that was open after all, *File → Reload Notebook from Disk* before anything else.
+
 When step 3 cannot join the two (the attendee changed lines the release changed too),
 the release's version is left in place, the attendee's changes stay in git's stash, and
 a plain message says which files, and how to look at or drop the changes. When step 2
@@ -48,6 +54,7 @@ def update(cwd=None, say=print) -> int:
             return 1
         stashed = True
         say(f"put aside your changes to {len(changed)} file(s): {', '.join(changed)}")
+    before = git("rev-parse", "HEAD", cwd=cwd).stdout.strip()
     pulled = git("pull", "--ff-only", cwd=cwd)
     if pulled.returncode != 0:
         if stashed:
@@ -55,6 +62,7 @@ def update(cwd=None, say=print) -> int:
         say("make update: git pull failed, nothing was changed; git said:\n" + (pulled.stderr or pulled.stdout).strip())
         return 1
     say(f"git pull from {upstream.stdout.strip()}:\n" + (pulled.stdout.strip() or "Already up to date."))
+    say_release_changes(before, cwd, say)
     if not stashed:
         return 0
     popped = git("stash", "pop", cwd=cwd)
@@ -72,6 +80,30 @@ def update(cwd=None, say=print) -> int:
         "Your work in mywork/ was not touched."
     )
     return 0
+
+
+#: The folders whose notebooks an attendee may have open in JupyterLab.
+NOTEBOOK_FOLDERS = ("chapters", "exercises", "solutions")
+
+
+def changed_notebooks(before: str, cwd=None) -> list[str]:
+    """The notebooks (``.md`` under :data:`NOTEBOOK_FOLDERS`) that differ between ``before`` and ``HEAD``."""
+    if not before:
+        return []
+    diff = git("diff", "--name-only", before, "HEAD", "--", *NOTEBOOK_FOLDERS, cwd=cwd)
+    return sorted(name for name in diff.stdout.split() if name.endswith(".md"))
+
+
+def say_release_changes(before: str, cwd, say) -> None:
+    """Name what the release changed, and what to do about a chapter still open in the browser."""
+    changed = changed_notebooks(before, cwd)
+    if not changed:
+        say("The release changed no chapter, exercise or solution.")
+        return
+    say("The release changed: " + ", ".join(changed) + ".\n"
+        "If one of them is open in JupyterLab, do not save it: File → Reload Notebook from Disk first "
+        "(saving the open copy would write the old text back). A changed exercise arrives in exercises/; "
+        "your copy in mywork/exercises/ is not touched.")
 
 
 def main() -> int:

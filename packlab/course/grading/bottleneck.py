@@ -564,3 +564,84 @@ register(
          "not the medians alone nor whether the ranges overlap", _verdict),
     ],
 )
+
+
+# ------------------------------------------------------------- Part C: the answer, from your runs
+
+#: The three words a verdict can be.
+PACE_WORDS = ("loader", "consumer", "unclear")
+#: The fewest words an explanation may have: a sentence, not a label.
+WHY_MIN_WORDS = 8
+
+
+def _answer(ctx: Context) -> dict:
+    """The attendee's answer, called once per check; its shape checked before any part reads it."""
+    if "answer" not in ctx.memo:
+        given = ctx.call()
+        if not isinstance(given, dict) or not {"measured", "pace", "why"} <= set(given):
+            raise PartFailed(f"{ctx.name}() returned {type(given).__name__}; return a dict with 'measured' "
+                             "(Part B's runs), 'pace' ({workers: 'loader', 'consumer' or 'unclear'}) and 'why' (your sentences)")
+        measured = given["measured"]
+        if not isinstance(measured, dict) or not measured or not all(
+                isinstance(run, dict) and {"loader", "consumer"} <= set(run) for run in measured.values()):
+            raise PartFailed("'measured' must be Part B's runs as they are: {workers: find_bottleneck(...)}, "
+                             "for every worker count you measured")
+        ctx.memo["answer"] = given
+    return ctx.memo["answer"]
+
+
+def _pace_answered(ctx: Context) -> str:
+    answer = _answer(ctx)
+    pace, measured = answer["pace"], answer["measured"]
+    if not isinstance(pace, dict) or set(pace) != set(measured):
+        raise PartFailed(f"'pace' answers for {sorted(pace) if isinstance(pace, dict) else pace!r}; "
+                         f"you measured {sorted(measured)} workers: give one answer for each")
+    wrong = {workers: word for workers, word in pace.items() if word not in PACE_WORDS}
+    if wrong:
+        raise PartFailed(f"{wrong}: each answer is one of {', '.join(map(repr, PACE_WORDS))}")
+    return f"an answer for each of {sorted(measured)} workers"
+
+
+def _pace_follows_your_runs(ctx: Context) -> str:
+    answer = _answer(ctx)
+    _pace_answered(ctx)
+    said = []
+    for workers, run in sorted(answer["measured"].items()):
+        runs_say = verdict(run["loader"], run["consumer"], more="consumer", less="loader", same="unclear")
+        if answer["pace"][workers] != runs_say:
+            raise PartFailed(
+                f"with {workers} workers your runs measured loader {run['loader']} and consumer {run['consumer']} "
+                f"images/s, which packlab.bench.verdict calls {runs_say!r}; you wrote {answer['pace'][workers]!r}")
+        said.append(f"{workers} workers: {runs_say}")
+    return "your answers follow your own runs (" + "; ".join(said) + ")"
+
+
+def _why_written(ctx: Context) -> str:
+    why = _answer(ctx)["why"]
+    words = why.split() if isinstance(why, str) else []
+    if len(words) < WHY_MIN_WORDS:
+        raise PartFailed(f"'why' has {len(words)} words: write a sentence or two (at least {WHY_MIN_WORDS} words) on why "
+                         "that side set the pace, in your own words")
+    if not any(term in why.lower() for term in ("loader", "consumer", "worker", "core", "thread", "model")):
+        raise PartFailed("'why' says nothing about the loader, the consumer, the workers or the cores: "
+                         "say which of them set the pace, and why on this machine")
+    return f"{len(words)} words on why"
+
+
+register(
+    "bottleneck_answer",
+    "06_bottleneck",
+    "the answer to Part B's question, read from your own runs: which side set the pace, and why",
+    "answer() -> dict: 'measured' is Part B's {workers: find_bottleneck(...)} as it is; 'pace' is "
+    "{workers: 'loader', 'consumer' or 'unclear'}, what you read in those runs; 'why' is a sentence or two",
+    dict,
+    [
+        ("pace_answered", "an answer for every worker count you measured, each 'loader', 'consumer' or 'unclear'",
+         "return {'measured': measured, 'pace': {0: ..., 2: ...}, 'why': '...'}", _pace_answered),
+        ("pace_follows_your_runs", "each answer is what your own runs say (packlab.bench.verdict on them)",
+         "read the verdict line Part B printed for each worker count, not what you expected", _pace_follows_your_runs),
+        ("why", "a sentence or two on why that side set the pace on this machine",
+         "name the side, and what made it the slower one here (decode on few cores, workers sharing cores with "
+         "the model, ...)", _why_written),
+    ],
+)

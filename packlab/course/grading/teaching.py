@@ -55,6 +55,17 @@ NUDGES: dict[str, dict[str, str]] = {
         "spawn": "under spawn the worker imports your class and unpickles your dataset: both must work in a fresh process",
         "close": "a process should be able to let go of every handle it opened",
     },
+    "tarfile_reader": {
+        "one_process": "a shard is a row of members; a sample is every member that shares one key, and it is complete "
+                       "once all of them have come by",
+        "fork_3_workers": "every worker runs __iter__ on its own copy of the dataset: how does each one know which "
+                          "shards are its share?",
+        "spawn_2_workers": "under spawn the dataset is pickled into each worker: what must it not hold yet?",
+        "member_order": "chapter 5's convention promises that a sample's members are adjacent, not in which order "
+                        "they come",
+        "incomplete_sample": "a sample that lacks a member is damage to report, with where it is, not a gap to step over",
+        "last_sample": "when does your loop hand out a sample, and what is still waiting when the members run out?",
+    },
     "tar_write": {
         "shards": "how many samples go in one shard, and how are the shards named in the WebDataset convention?",
         "samples": "chapter 5: a sample is a group of members that share a key, one per field",
@@ -74,6 +85,11 @@ NUDGES: dict[str, dict[str, str]] = {
         "truncated_shard": "chapter 5: how does a reader tell a shard that ended from one that was cut off?",
         "streamed": "over HTTP or S3 a shard is a stream you cannot seek back in: what can you still see as it goes by?",
         "persistent_workers": "persistent workers keep the copy of the dataset they got at the start: how does a new epoch reach them?",
+    },
+    "bottleneck_answer": {
+        "pace_answered": "one answer per worker count you measured in Part B, in one of the three words",
+        "pace_follows_your_runs": "your answer is what your runs said, even where you expected the other side",
+        "why": "say in your own words which side was slower here, and what made it so on this machine",
     },
     "shard_split": {
         "exactly_once": "every shard must land with exactly one (rank, worker) pair, whatever the counts",

@@ -67,6 +67,18 @@ MINUTES_PER_CHECK_PART = 1.0
 #: rate above are prose only; a chapter with twice the cells takes longer to follow).
 MINUTES_PER_CODE_CELL = 0.5
 
+#: Minutes the room spends on one Predict box: read the question, commit to an answer, run
+#: the cell that answers it and say why it came out so. Counted as room time, not multiplied.
+MINUTES_PER_PREDICT = 3.0
+#: Minutes the room spends on one Try-it box: change a cell, run it, look at what changed.
+MINUTES_PER_TRY_IT = 5.0
+
+#: The longest a taught episode may be, live (see :func:`episode_minutes`), and the most
+#: words of prose one may hold: past either, split it with a hands-on or move part of it
+#: to a "Going further" section that the tracks cut.
+EPISODE_MAX_MINUTES = 40
+EPISODE_MAX_WORDS = 2000
+
 #: Live teaching against reading alone (see the module docstring): reading and exercise
 #: minutes are multiplied by this; 1.5 is a common rule of thumb for hands-on workshops
 #: (an estimate, like the rates above: time your own room and change it).
@@ -110,7 +122,7 @@ TEACHING_MINUTES_PER_DAY = DAY_END - DAY_START - sum(minutes for _, _, minutes i
 #: loaders the rest of the course builds on. ``python -m packlab.course.schedule`` says whether
 #: it still fits :data:`TEACHING_MINUTES_PER_DAY`.
 CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6)
-CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")
+CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04a_tarfile_reader")
 #: The second day: the other chapters (performance, and beyond one machine) with their
 #: exercises. Exercises in neither day are optional: for whoever is ahead, or homework.
 SECOND_DAY_CHAPTERS = (7, 8, 9, 10, 11, 12, 13, 14)
@@ -152,19 +164,20 @@ def chapter_number(chapter: str) -> int:
     return int(Path(chapter).name.split("_", 1)[0])
 
 
-def exercises_by_chapter(root: Path) -> dict[int, str]:
-    """Which exercise follows which chapter, from the table in ``exercises/index.md``.
+def exercises_by_chapter(root: Path) -> dict[int, list[str]]:
+    """Which exercises follow which chapter, in the order of the table in ``exercises/index.md``.
 
     An exercise that follows two chapters ("3, 4") belongs to the session of the later one:
-    it needs both.
+    it needs both. The first exercise of a chapter is its session's; the others (exercise
+    4b after 4a) are extras, for the tracks that name them.
     """
-    found: dict[int, str] = {}
+    found: dict[int, list[str]] = {}
     row = re.compile(r"^\|\s*\{doc\}`([^`]+)`\s*\|.*\|\s*([\d,\s]+?)\s*\|\s*$")
     for line in (root / "exercises" / "index.md").read_text(encoding="utf-8").splitlines():
         match = row.match(line.strip())
         if match:
             last = max(int(n) for n in match.group(2).split(","))
-            found[last] = Path(match.group(1)).name
+            found.setdefault(last, []).append(Path(match.group(1)).name)
     return found
 
 
@@ -231,26 +244,63 @@ class Session:
     exercise_min: float | None = None
     #: Every code cell, hidden ones too (they run): a cut section's share of the running time.
     all_cells: int = 0
+    #: The chapter's Predict and Try-it boxes (:func:`activity_minutes`).
+    predicts: int = 0
+    try_its: int = 0
+    #: Further exercises after this chapter, ``(notebook, reading-model minutes)`` (exercise 4b after 4a).
+    extra_exercises: tuple[tuple[str, float], ...] = ()
 
     @property
     def number(self) -> int:
         return chapter_number(self.chapter)
 
     @property
+    def activity_min(self) -> float:
+        return activity_minutes(self.predicts, self.try_its)
+
+    @property
     def chapter_min(self) -> float:
-        return self.read_min + (self.run_min or 0.0)
+        return self.read_min + (self.run_min or 0.0) + self.activity_min
 
     def live_chapter_min(self, factor: float = LIVE_TEACHING_FACTOR) -> float:
-        """The chapter taught live: its reading at ``factor``, its measured running as it is."""
-        return self.read_min * factor + (self.run_min or 0.0)
+        """The chapter taught live: its reading at ``factor``, its running as measured, its Predicts and Try-its."""
+        return self.read_min * factor + (self.run_min or 0.0) + self.activity_min
 
     def live_exercise_min(self, factor: float = LIVE_TEACHING_FACTOR) -> float | None:
         return None if self.exercise_min is None else self.exercise_min * factor
+
+    @property
+    def every_exercise_min(self) -> float:
+        """The session's exercise and the extras after it, reading model."""
+        return (self.exercise_min or 0.0) + sum(minutes for _, minutes in self.extra_exercises)
+
+
+def exercise_estimates(rows: list[Session]) -> dict[str, float]:
+    """``{notebook: reading-model minutes}`` of every exercise, the sessions' and the extras."""
+    out = {}
+    for row in rows:
+        if row.exercise is not None and row.exercise_min is not None:
+            out[row.exercise] = row.exercise_min
+        out.update(dict(row.extra_exercises))
+    return out
 
 
 def reading_minutes(text: NotebookText) -> float:
     """Minutes to follow a chapter: its prose at :data:`WORDS_PER_MINUTE`, its cells at :data:`MINUTES_PER_CODE_CELL`."""
     return text.words / WORDS_PER_MINUTE + text.code_cells * MINUTES_PER_CODE_CELL
+
+
+def activity_minutes(predicts: int, try_its: int) -> float:
+    """The room's time for a chapter's boxes: :data:`MINUTES_PER_PREDICT` and :data:`MINUTES_PER_TRY_IT` each."""
+    return predicts * MINUTES_PER_PREDICT + try_its * MINUTES_PER_TRY_IT
+
+
+def episode_minutes(episode, chapter_run_min: float | None, chapter_cells: int,
+                    factor: float = LIVE_TEACHING_FACTOR) -> float:
+    """One episode taught live: its reading at ``factor``, its boxes, its share of the chapter's run (by cells)."""
+    reading = reading_minutes(NotebookText(episode.words, episode.code_cells)) * factor
+    running = (chapter_run_min or 0.0) * episode.all_cells / max(1, chapter_cells)
+    return reading + running + activity_minutes(episode.predicts, episode.try_its)
 
 
 def exercise_minutes(words: int, lines: int, parts: int, run_seconds: float | None) -> float:
@@ -271,20 +321,18 @@ def sessions(root: Path, seconds: dict[str, float], parts: dict[str, int]) -> li
     the parts of its checks (:func:`check_parts`).
     """
     exercise_of = exercises_by_chapter(root)
+
+    def estimate(exercise: str) -> float:
+        exercise_text = count_notebook(root / "exercises" / f"{exercise}.md")
+        return exercise_minutes(exercise_text.words, solution_lines(root / "solutions" / f"{exercise}.md"),
+                                parts.get(exercise, 0), seconds.get(f"solutions/{exercise}"))
+
     rows = []
     for chapter in toc_chapters(root):
         text = count_notebook(root / f"{chapter}.md")
         run = seconds.get(chapter)
-        exercise = exercise_of.get(chapter_number(chapter))
-        exercise_min = None
-        if exercise is not None:
-            exercise_text = count_notebook(root / "exercises" / f"{exercise}.md")
-            exercise_min = exercise_minutes(
-                exercise_text.words,
-                solution_lines(root / "solutions" / f"{exercise}.md"),
-                parts.get(exercise, 0),
-                seconds.get(f"solutions/{exercise}"),
-            )
+        following = exercise_of.get(chapter_number(chapter), [])
+        exercise = following[0] if following else None
         rows.append(
             Session(
                 chapter,
@@ -293,8 +341,11 @@ def sessions(root: Path, seconds: dict[str, float], parts: dict[str, int]) -> li
                 reading_minutes(text),
                 None if run is None else run / 60,
                 exercise,
-                exercise_min,
+                None if exercise is None else estimate(exercise),
                 len(split_myst((root / f"{chapter}.md").read_text(encoding="utf-8"))[1]),
+                text.predicts,
+                text.try_its,
+                tuple((extra, estimate(extra)) for extra in following[1:]),
             )
         )
     return rows
@@ -330,7 +381,7 @@ def markdown_table(rows: list[Session], factor: float = LIVE_TEACHING_FACTOR) ->
         )
     read = sum(r.read_min for r in rows)
     run = sum(r.run_min or 0.0 for r in rows)
-    exercises = sum(r.exercise_min or 0.0 for r in rows)
+    exercises = sum(r.every_exercise_min for r in rows)
     live = (read + exercises) * factor + run
     lines.append(
         f"| | **all** | {sum(r.words for r in rows):,} | {sum(r.code_cells for r in rows)} | "
@@ -405,6 +456,12 @@ def timetable(items: list[tuple[str, float]]) -> list[str]:
         if pending and clock >= pending[0][1]:
             take_break()
     return lines
+
+
+def _clock_minutes(clock: str) -> int:
+    """``"9:45"`` -> 585, the inverse of :func:`_clock`."""
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
 
 
 def _clock(minutes: float) -> str:
@@ -485,9 +542,9 @@ def report(rows: list[Session], factor: float = LIVE_TEACHING_FACTOR, setup_minu
         for number, day in enumerate(days, start=1):
             out += ["", f"Day {number} ({_hours(sum(m for _, m in day))}):", *timetable(day)]
     planned = set(CORE_EXERCISES) | set(SECOND_DAY_EXERCISES)
-    optional = [r for r in rows if r.exercise is not None and r.exercise not in planned]
+    optional = [(name, minutes) for name, minutes in exercise_estimates(rows).items() if name not in planned]
     if optional:
-        listed = ", ".join(f"{r.exercise} ({_minutes(r.exercise_min)} min)" for r in optional)
+        listed = ", ".join(f"{name} ({_minutes(minutes)} min)" for name, minutes in optional)
         out += ["", f"Optional exercises (ahead of the room, or homework): {listed}."]
     unplanned = [Path(r.chapter).name for r in rows if r.number not in CORE_CHAPTERS + SECOND_DAY_CHAPTERS]
     if unplanned:

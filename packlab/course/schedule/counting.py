@@ -9,14 +9,38 @@ from pathlib import Path
 _CODE_CELL = re.compile(r"^(`{3,})\{code-cell\}")
 _WORD = re.compile(r"\w")
 _HEADING = re.compile(r"^(#{2,6})\s+(.*?)\s*$")
+#: The opening of a Predict or a Try-it box: ```` ```{admonition} Predict ```` (backticks or colons).
+_ACTIVITY = re.compile(r"^(?:`{3,}|:{3,})\{admonition\}\s+(Predict|Try it)\b")
 
 
 @dataclass(frozen=True)
 class NotebookText:
-    """What a reader meets in one MyST notebook: words of prose and cells of code."""
+    """What a reader meets in one MyST notebook: words of prose, cells of code, and the room's activities.
+
+    ``predicts`` and ``try_its`` count the chapter's ``{admonition} Predict`` and
+    ``{admonition} Try it`` boxes: each is time the room spends, not time it reads.
+    """
 
     words: int
     code_cells: int
+    predicts: int = 0
+    try_its: int = 0
+
+
+def count_activities(markdown_lines: list[str]) -> tuple[int, int]:
+    """``(predicts, try_its)``: how many Predict and Try-it boxes the markdown opens."""
+    kinds = [m.group(1) for m in (_ACTIVITY.match(line.strip()) for line in markdown_lines) if m]
+    return kinds.count("Predict"), kinds.count("Try it")
+
+
+def body_lines(text: str) -> list[str]:
+    """A MyST notebook's lines after its front matter (``---`` ... ``---``)."""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":
+        closing = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+        if closing is not None:
+            lines = lines[closing + 1 :]
+    return lines
 
 
 def split_myst(text: str) -> tuple[list[str], list[str]]:
@@ -26,11 +50,7 @@ def split_myst(text: str) -> tuple[list[str], list[str]]:
     more) and closes with a line of the same backticks; everything else, after the
     front matter (``---`` ... ``---``), is markdown.
     """
-    lines = text.splitlines()
-    if lines and lines[0].strip() == "---":
-        closing = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
-        if closing is not None:
-            lines = lines[closing + 1 :]
+    lines = body_lines(text)
     markdown: list[str] = []
     cells: list[str] = []
     fence: str | None = None
@@ -87,7 +107,7 @@ def input_hidden(cell: str) -> bool:
 def count_notebook(path: Path) -> NotebookText:
     """Words of prose and number of code cells a reader sees (hidden inputs left out) of the MyST notebook at ``path``."""
     markdown, cells = split_myst(path.read_text(encoding="utf-8"))
-    return NotebookText(prose_words(markdown), sum(not input_hidden(cell) for cell in cells))
+    return NotebookText(prose_words(markdown), sum(not input_hidden(cell) for cell in cells), *count_activities(markdown))
 
 
 def solution_lines(path: Path, leave_out: tuple[str, ...] = ()) -> int:
@@ -127,6 +147,8 @@ class Section:
     words: int
     code_cells: int
     all_cells: int
+    predicts: int = 0
+    try_its: int = 0
 
 
 def sections(text: str) -> list[Section]:
@@ -136,11 +158,7 @@ def sections(text: str) -> list[Section]:
     does); ``all_cells`` counts every cell, for the share of the running time.
     """
     blocks: list[tuple[str, object]] = []  # ("heading", (level, title)), ("markdown", line), ("cell", source)
-    lines = text.splitlines()
-    if lines and lines[0].strip() == "---":
-        closing = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
-        if closing is not None:
-            lines = lines[closing + 1 :]
+    lines = body_lines(text)
     fence, body = None, []
     for line in lines:
         if fence is None:
@@ -167,7 +185,77 @@ def sections(text: str) -> list[Section]:
         inside = blocks[index : end]
         text_lines = [f"{'#' * b[1][0]} {b[1][1]}" if b[0] == "heading" else b[1] for b in inside if b[0] != "cell"]
         code = [b[1] for b in inside if b[0] == "cell"]
-        found.append(Section(title, level, prose_words(text_lines), sum(not input_hidden(c) for c in code), len(code)))
+        found.append(Section(title, level, prose_words(text_lines), sum(not input_hidden(c) for c in code), len(code),
+                             *count_activities(text_lines)))
     return found
 
 
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A taught unit of a chapter: everything up to and including the hands-on that ends it.
+
+    ``ends_with`` is ``"predict"`` (a Predict box and the visible code cell that answers
+    it), ``"try it"`` (a Try-it box) or ``"end"`` (the chapter's last stretch, which hands
+    over to its exercise or its key points). ``title`` is the first heading inside it, if any.
+    """
+
+    title: str
+    words: int
+    code_cells: int
+    all_cells: int
+    predicts: int
+    try_its: int
+    ends_with: str
+
+
+def episodes(text: str) -> list[Episode]:
+    """A MyST chapter cut into :class:`Episode` s, each ending at a hands-on (see :class:`Episode`).
+
+    A Predict ends its episode with the first visible code cell after the box (the cell
+    that answers it); a Try-it ends its episode with the box itself.
+    """
+    lines = body_lines(text)
+    found: list[Episode] = []
+    prose: list[str] = []
+    cells: list[str] = []
+    kinds: list[str] = []
+
+    def close(ends_with: str) -> None:
+        title = next((m.group(2) for m in map(_HEADING.match, prose) if m), "")
+        found.append(Episode(title, prose_words(prose), sum(not input_hidden(c) for c in cells), len(cells),
+                             kinds.count("Predict"), kinds.count("Try it"), ends_with))
+        prose.clear(), cells.clear(), kinds.clear()
+
+    fence, body, box_fence, awaiting_answer = None, [], None, False
+    for line in lines:
+        stripped = line.strip()
+        if fence is not None:
+            if stripped == fence:
+                cells.append("\n".join(body))
+                fence = None
+                if awaiting_answer and not input_hidden(cells[-1]):
+                    awaiting_answer = False
+                    close("predict")
+            else:
+                body.append(line)
+            continue
+        opening = _CODE_CELL.match(stripped)
+        if opening:
+            fence, body = opening.group(1), []
+            continue
+        prose.append(line)
+        activity = _ACTIVITY.match(stripped)
+        if activity:
+            kinds.append(activity.group(1))
+            if activity.group(1) == "Predict":
+                awaiting_answer = True
+            else:
+                box_fence = re.match(r"[`:]+", stripped).group(0)
+        elif box_fence is not None and stripped == box_fence:
+            box_fence = None
+            close("try it")
+    if prose or cells or kinds:
+        close("end")
+    return found

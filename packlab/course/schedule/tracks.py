@@ -23,11 +23,15 @@ cuts it applied, and what is left for reading. The tracks (:data:`TRACKS`):
 
 * ``1``: one day, the zip: chapters 0–4 with exercises 1 and 3, cuts applied;
 * ``1-shards``: one day for those who came for WebDataset: chapters 0, 1, 3 and 4 cut
-  down, exercise 3, then chapter 5 cut down and exercise 4's core;
-* ``2``: two days: day one as ``1``; day two chapters 5–7 cut down, exercise 4's core,
+  down, then chapter 5 cut down and exercise 4a (shards read with ``tarfile``);
+* ``2``: two days: day one as ``1``; day two chapters 5–7 cut down, exercise 4a and
   exercise 6; chapters 8–14 for reading;
-* ``4``: four days: every chapter, every planned exercise, in order, cut at session
-  boundaries; the guide's cuts only where the days would not hold the course without them.
+* ``4``: four days: every chapter, every planned exercise, in order, a day ending between
+  two episodes of a chapter where it must (:func:`pack_at_episodes`); the guide's cuts
+  only where the days would not hold the course without them.
+
+Exercise 4b (the hand-written tar parser, truncated shards, the shuffles) and exercise 8
+(LMDB) are optional in every track: for whoever is ahead, or for home.
 """
 
 from __future__ import annotations
@@ -135,20 +139,21 @@ _DAY_ONE = (chapter(0), chapter(1), exercise("01_jpeg_dataset"), chapter(2), cha
 TRACKS: dict[str, Track] = {
     "1": Track("1", "one day: one file per sample, the zip, its pitfall and the fix", (_DAY_ONE,),
                reading=(5, 6, 7, 8, 9, 10, 11, 12, 13, 14), optional=("02_zip_packing",)),
+    # The pitfall (chapter 3) stays: a tar reader opens its shards in the workers for the same reason.
     "1-shards": Track("1-shards", "one day for WebDataset: from one file per sample to tar shards read by workers",
-                      ((chapter(0), chapter(1), chapter(3), chapter(4), exercise("03_per_worker_zip"), chapter(5),
-                        exercise("04_tar_shards", "core")),),
-                      reading=(2, 6, 7, 8, 9, 10, 11, 12, 13, 14), optional=("01_jpeg_dataset",)),
+                      ((chapter(0), chapter(1), chapter(3), chapter(4), chapter(5), exercise("04a_tarfile_reader")),),
+                      reading=(2, 6, 7, 8, 9, 10, 11, 12, 13, 14),
+                      optional=("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")),
     "2": Track("2", "two days: the zip day, then tar shards, ranks and how fast is enough",
-               (_DAY_ONE, (chapter(5), exercise("04_tar_shards", "core"), chapter(6), chapter(7),
-                           exercise("06_bottleneck"))),
-               reading=(8, 9, 10, 11, 12, 13, 14), optional=("02_zip_packing", "05_shard_split")),
+               (_DAY_ONE, (chapter(5), exercise("04a_tarfile_reader"), chapter(6), chapter(7), exercise("06_bottleneck"))),
+               reading=(8, 9, 10, 11, 12, 13, 14),
+               optional=("02_zip_packing", "04_tar_shards", "05_shard_split")),
     "4": Track("4", "four days: every chapter, the exercises in order", (), packed=True,
-               optional=("02_zip_packing", "05_shard_split", "10_fast_path")),
+               optional=("02_zip_packing", "04_tar_shards", "05_shard_split", "08_lmdb", "10_fast_path")),
 }
 #: The exercises of the four-day track (the others are optional there).
-FOUR_DAY_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards", "06_bottleneck", "07_parallel_map",
-                      "08_lmdb", "09_resuming_shards", "11_resumable_reader", "12_interleaved_shuffle")
+FOUR_DAY_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04a_tarfile_reader", "06_bottleneck", "07_parallel_map",
+                      "09_resuming_shards", "11_resumable_reader", "12_interleaved_shuffle")
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,11 @@ class Planned:
     label: str
     minutes: float
     cuts: tuple[tuple[str, float], ...] = ()
+    #: A chapter's episodes (:func:`packlab.course.schedule.counting.episodes`), their minutes scaled
+    #: to add up to ``minutes``: where a packed track may end a day inside the chapter.
+    episodes: tuple[float, ...] = ()
+    #: The number of the chapter's first episode in this item (1 unless a day ended inside it).
+    first_episode: int = 1
 
 
 def chapter_minutes(row, cuts: list[counting.Section], factor: float) -> tuple[float, tuple[tuple[str, float], ...]]:
@@ -170,7 +180,8 @@ def chapter_minutes(row, cuts: list[counting.Section], factor: float) -> tuple[f
     for section in cuts:
         reading = schedule.reading_minutes(counting.NotebookText(section.words, section.code_cells)) * factor
         running = (row.run_min or 0.0) * section.all_cells / all_cells
-        saved.append((section.title, max(0.0, reading + running - SHOW_MINUTES)))  # a short one saves nothing
+        boxes = schedule.activity_minutes(section.predicts, section.try_its)
+        saved.append((section.title, max(0.0, reading + running + boxes - SHOW_MINUTES)))  # a short one saves nothing
     return total - sum(s for _, s in saved), tuple(saved)
 
 
@@ -190,16 +201,75 @@ def exercise_core_minutes(root: Path, notebook: str, run_seconds: float | None) 
 
 def plan_item(item: Item, rows: dict, root: Path, seconds: dict, factor: float, cuts: dict) -> Planned:
     """One item's live minutes (see the module docstring)."""
+    from packlab.course import schedule
+
     if item.kind == "chapter":
         row = rows[item.name]
         minutes, saved = chapter_minutes(row, cuts.get(item.name, []) if item.cut else [], factor)
         label = f"chapter {item.name} ({Path(row.chapter).name})" + (", cut down" if saved else "")
-        return Planned(label, minutes, saved)
-    exercises = {r.exercise: r for r in rows.values() if r.exercise}
+        return Planned(label, minutes, saved, _episode_shares(root / f"{row.chapter}.md", row, minutes, factor))
     if item.stage == "core":
         minutes = exercise_core_minutes(root, item.name, seconds.get(f"solutions/{item.name}")) * factor
         return Planned(f"exercise {item.name}, core parts", minutes)
-    return Planned(f"exercise {item.name}", exercises[item.name].live_exercise_min(factor) or 0.0)
+    return Planned(f"exercise {item.name}", schedule.exercise_estimates(list(rows.values()))[item.name] * factor)
+
+
+def _episode_shares(path: Path, row, minutes: float, factor: float) -> tuple[float, ...]:
+    """The chapter's episodes' live minutes, scaled to add up to ``minutes`` (its cuts spread over all of them)."""
+    from packlab.course import schedule
+
+    found = counting.episodes(path.read_text(encoding="utf-8"))
+    raw = [schedule.episode_minutes(e, row.run_min, row.all_cells, factor) for e in found]
+    total = sum(raw)
+    return tuple(m * minutes / total for m in raw) if total > 0 else ()
+
+
+def _episode_range(first: int, last: int) -> str:
+    return f"episode {first}" if first == last else f"episodes {first}-{last}"
+
+
+def pack_at_episodes(planned: list[Planned], first_day_reserved: float,
+                     minutes_per_day: float | None = None) -> list[list[Planned]]:
+    """``planned`` in order, cut into days; a day may end between two episodes of a chapter.
+
+    A chapter that does not fit what is left of a day gives the day as many of its
+    episodes as fit (when at least one does) and continues the next morning. Exercises
+    are not split here (the timetable continues them across a break, as it does in a day).
+    """
+    from packlab.course import schedule
+
+    limit = schedule.TEACHING_MINUTES_PER_DAY if minutes_per_day is None else minutes_per_day
+    days: list[list[Planned]] = [[]]
+    used = first_day_reserved
+    queue = list(planned)
+    while queue:
+        item = queue.pop(0)
+        if used + item.minutes <= limit or (not days[-1] and used == 0):
+            days[-1].append(item)
+            used += item.minutes
+            continue
+        fits, total = 0, 0.0
+        for minutes in item.episodes[:-1]:  # the whole chapter did not fit: at most all but its last episode
+            if used + total + minutes > limit:
+                break
+            fits, total = fits + 1, total + minutes
+        if fits:
+            last = item.first_episode + fits - 1
+            days[-1].append(Planned(f"{item.label}, {_episode_range(item.first_episode, last)}", total, item.cuts,
+                                    item.episodes[:fits], item.first_episode))
+            rest = item.episodes[fits:]
+            queue.insert(0, Planned(item.label, item.minutes - total, (), rest, last + 1))
+        else:
+            queue.insert(0, item)
+        days.append([])
+        used = 0.0
+    for day in days:  # a continued chapter says which episodes it holds
+        for n, item in enumerate(day):
+            if item.first_episode > 1 and ", episode" not in item.label:
+                last = item.first_episode + len(item.episodes) - 1
+                day[n] = Planned(f"{item.label}, {_episode_range(item.first_episode, last)}", item.minutes, item.cuts,
+                                 item.episodes, item.first_episode)
+    return [day for day in days if day]
 
 
 def plan(track: Track, rows: list, root: Path, seconds: dict, factor: float) -> list[list[Planned]]:
@@ -213,15 +283,15 @@ def plan(track: Track, rows: list, root: Path, seconds: dict, factor: float) -> 
     items = []
     for row in rows:
         items.append(chapter(row.number, cut=False))
-        if row.exercise in FOUR_DAY_EXERCISES:
-            items.append(exercise(row.exercise))
+        for name in (row.exercise, *(extra for extra, _ in row.extra_exercises)):
+            if name in FOUR_DAY_EXERCISES:
+                items.append(exercise(name))
 
     def packed(with_cuts: bool) -> list[list[Planned]]:
         planned = [plan_item(Item(i.kind, i.name, cut=with_cuts, stage=i.stage), by_number, root, seconds, factor, cuts)
                    for i in items]
         # Day one opens with the set-up slot: the days are cut with its minutes reserved.
-        days = schedule.pack_days([(SETUP, float(schedule.SETUP_MINUTES))] + [(str(n), p.minutes) for n, p in enumerate(planned)])
-        return [[planned[int(label)] for label, _ in day if label != SETUP] for day in days]
+        return pack_at_episodes(planned, float(schedule.SETUP_MINUTES))
 
     days = packed(with_cuts=False)
     return days if len(days) <= 4 else packed(with_cuts=True)  # the guide's cuts, where four days do not hold it
@@ -256,8 +326,8 @@ def report(name: str, rows: list, root: Path, seconds: dict, factor: float, setu
                 for label, title, saved in cut]
     if track.reading:
         out += ["", "For reading afterwards: " + ", ".join(f"chapter {n}" for n in track.reading) + "."]
-    exercises = {r.exercise: r for r in rows if r.exercise}
-    optional = [f"{e} ({schedule._minutes(exercises[e].live_exercise_min(factor))} min)" for e in track.optional if e in exercises]
+    exercises = schedule.exercise_estimates(rows)
+    optional = [f"{e} ({schedule._minutes(exercises[e] * factor)} min)" for e in track.optional if e in exercises]
     if optional:
         out += ["", f"Optional exercises (ahead of the room, or homework): {', '.join(optional)}."]
     missing = [Path(r.chapter).name for r in rows if r.run_min is None]
