@@ -371,13 +371,13 @@ def markdown_table(rows: list[Session], factor: float = LIVE_TEACHING_FACTOR) ->
         "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for row in rows:
-        exercise = "none" if row.exercise is None else row.exercise
-        total = row.chapter_min + (row.exercise_min or 0.0)
-        live = row.live_chapter_min(factor) + (row.live_exercise_min(factor) or 0.0)
+        exercise = "none" if row.exercise is None else ", ".join([row.exercise, *(e for e, _ in row.extra_exercises)])
+        total = row.chapter_min + row.every_exercise_min
+        live = row.live_chapter_min(factor) + row.every_exercise_min * factor
         lines.append(
             f"| {row.number} | {Path(row.chapter).name} | {row.words:,} | {row.code_cells} | "
             f"{_minutes(row.read_min)} | {_minutes(row.run_min)} | {exercise} | "
-            f"{'' if row.exercise is None else _minutes(row.exercise_min)} | {_minutes(total)} | {_minutes(live)} |"
+            f"{'' if row.exercise is None else _minutes(row.every_exercise_min)} | {_minutes(total)} | {_minutes(live)} |"
         )
     read = sum(r.read_min for r in rows)
     run = sum(r.run_min or 0.0 for r in rows)

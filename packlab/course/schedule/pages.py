@@ -137,7 +137,7 @@ def table(inputs: Inputs) -> list[str]:
            f"Run (min) | Boxes (min) | Exercise | Exercise (min, est.) | Live ×{factor:g} (min) |",
            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for row in inputs.rows:
-        live = row.live_chapter_min(factor) + (row.live_exercise_min(factor) or 0.0)
+        live = row.live_chapter_min(factor) + row.every_exercise_min * factor  # the extras too, as the total
         count, longest = episodes[row.number]
         exercise = "none" if row.exercise is None else _linked(f"exercise {row.exercise}")
         exercise += "".join(f", then {_linked(f'exercise {extra}')} ({schedule._minutes(minutes)})"
