@@ -50,24 +50,28 @@ def split_myst(text: str) -> tuple[list[str], list[str]]:
     more) and closes with a line of the same backticks; everything else, after the
     front matter (``---`` ... ``---``), is markdown.
     """
-    lines = body_lines(text)
-    markdown: list[str] = []
-    cells: list[str] = []
+    found = blocks(text)
+    return [v for k, v in found if k == "markdown"], [v for k, v in found if k == "cell"]
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """A MyST notebook in reading order: ``("markdown", line)`` for each line of prose, ``("cell", source)`` per code cell."""
+    out: list[tuple[str, str]] = []
     fence: str | None = None
     body: list[str] = []
-    for line in lines:
+    for line in body_lines(text):
         if fence is None:
             opening = _CODE_CELL.match(line.strip())
             if opening:
                 fence, body = opening.group(1), []
             else:
-                markdown.append(line)
+                out.append(("markdown", line))
         elif line.strip() == fence:
-            cells.append("\n".join(body))
+            out.append(("cell", "\n".join(body)))
             fence = None
         else:
             body.append(line)
-    return markdown, cells
+    return out
 
 
 def prose_words(markdown_lines: list[str]) -> int:
@@ -157,39 +161,18 @@ def sections(text: str) -> list[Section]:
     ``code_cells`` leaves out cells whose input is hidden (as :func:`count_notebook`
     does); ``all_cells`` counts every cell, for the share of the running time.
     """
-    blocks: list[tuple[str, object]] = []  # ("heading", (level, title)), ("markdown", line), ("cell", source)
-    lines = body_lines(text)
-    fence, body = None, []
-    for line in lines:
-        if fence is None:
-            opening = _CODE_CELL.match(line.strip())
-            heading = _HEADING.match(line)
-            if opening:
-                fence, body = opening.group(1), []
-            elif heading:
-                blocks.append(("heading", (len(heading.group(1)), heading.group(2))))
-            else:
-                blocks.append(("markdown", line))
-        elif line.strip() == fence:
-            blocks.append(("cell", "\n".join(body)))
-            fence = None
-        else:
-            body.append(line)
+    found_blocks = blocks(text)
+    headings = {i: _HEADING.match(v) for i, (k, v) in enumerate(found_blocks) if k == "markdown" and _HEADING.match(v)}
     found = []
-    for index, (kind, value) in enumerate(blocks):
-        if kind != "heading":
-            continue
-        level, title = value
-        end = next((j for j in range(index + 1, len(blocks)) if blocks[j][0] == "heading" and blocks[j][1][0] <= level),
-                   len(blocks))
-        inside = blocks[index : end]
-        text_lines = [f"{'#' * b[1][0]} {b[1][1]}" if b[0] == "heading" else b[1] for b in inside if b[0] != "cell"]
-        code = [b[1] for b in inside if b[0] == "cell"]
+    for index, heading in headings.items():
+        level, title = len(heading.group(1)), heading.group(2)
+        end = next((j for j, later in headings.items() if j > index and len(later.group(1)) <= level), len(found_blocks))
+        inside = found_blocks[index:end]
+        text_lines = [v for k, v in inside if k == "markdown"]
+        code = [v for k, v in inside if k == "cell"]
         found.append(Section(title, level, prose_words(text_lines), sum(not input_hidden(c) for c in code), len(code),
                              *count_activities(text_lines)))
     return found
-
-
 
 
 @dataclass(frozen=True)
@@ -216,7 +199,6 @@ def episodes(text: str) -> list[Episode]:
     A Predict ends its episode with the first visible code cell after the box (the cell
     that answers it); a Try-it ends its episode with the box itself.
     """
-    lines = body_lines(text)
     found: list[Episode] = []
     prose: list[str] = []
     cells: list[str] = []
@@ -228,24 +210,16 @@ def episodes(text: str) -> list[Episode]:
                              kinds.count("Predict"), kinds.count("Try it"), ends_with))
         prose.clear(), cells.clear(), kinds.clear()
 
-    fence, body, box_fence, awaiting_answer = None, [], None, False
-    for line in lines:
-        stripped = line.strip()
-        if fence is not None:
-            if stripped == fence:
-                cells.append("\n".join(body))
-                fence = None
-                if awaiting_answer and not input_hidden(cells[-1]):
-                    awaiting_answer = False
-                    close("predict")
-            else:
-                body.append(line)
+    box_fence, awaiting_answer = None, False
+    for kind, value in blocks(text):
+        if kind == "cell":
+            cells.append(value)
+            if awaiting_answer and not input_hidden(value):
+                awaiting_answer = False
+                close("predict")
             continue
-        opening = _CODE_CELL.match(stripped)
-        if opening:
-            fence, body = opening.group(1), []
-            continue
-        prose.append(line)
+        prose.append(value)
+        stripped = value.strip()
         activity = _ACTIVITY.match(stripped)
         if activity:
             kinds.append(activity.group(1))
