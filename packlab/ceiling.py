@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from packlab.bench import Spread, compare, time_loader, torch_threads
+from packlab.bench import RatioInterval, Spread, compare, ratio_interval, time_loader, torch_threads
 
 
 def standard_work() -> tuple[Callable, Callable, tuple, torch.dtype]:
@@ -172,14 +172,17 @@ class CeilingRatio:
 
     ``medians`` is the ratio of the two medians, as measured; ``verdict`` is
     :func:`packlab.bench.compare`'s (1: the loader clearly above, -1: clearly below, 0: the
-    runs cannot tell). ``result`` is the ratio the course presents: ``medians`` where it is
-    at most 1, else None, because no loader doing the same work can pass its ceiling: a
-    ratio above 1 measures the noise of the ceiling's runs, not the loader.
-    ``mis_measured`` is True where the loader was *clearly* above its ceiling.
+    runs cannot tell); ``interval`` is :func:`packlab.bench.ratio_interval`'s range for the
+    true ratio (the one that leaves out 1 exactly when the verdict is clear), or None.
+    ``result`` is the ratio the course presents: ``medians`` where it is at most 1, else
+    None, because no loader doing the same work can pass its ceiling: a ratio above 1
+    measures the noise of the ceiling's runs, not the loader. ``mis_measured`` is True
+    where the loader was *clearly* above its ceiling.
     """
 
     medians: float
     verdict: int
+    interval: RatioInterval | None = None
 
     @property
     def result(self) -> float | None:
@@ -189,17 +192,32 @@ class CeilingRatio:
     def mis_measured(self) -> bool:
         return self.verdict > 0
 
+    def interval_text(self) -> str:
+        """``" (interval 0.70–0.83x)"``: where the true ratio lies, or ``""`` without an interval."""
+        if self.interval is None or not self.interval.bounded:
+            return ""
+        return f" (interval {self.interval.range_text()})"
+
+    def agrees_with(self, other: CeilingRatio) -> bool:
+        """Whether two measurements of the same ratio (e.g. chapter 11's and ``make bench``'s) agree within
+        their noise: their intervals overlap. Without an interval on either side nothing tells them apart."""
+        if self.interval is None or other.interval is None:
+            return True
+        return self.interval.low <= other.interval.high and other.interval.low <= self.interval.high
+
     def words(self, loader: str = "the loader") -> str:
         """The ratio in words, every branch: clearly below, not clearly below, above by chance, mis-measured."""
         if self.mis_measured:
-            return (f"{loader} measured clearly above its ceiling ({self.medians:.2f} by the medians), which no loader "
-                    "doing the same work can be: the ceiling was mis-measured, and this run gives no ratio")
+            return (f"{loader} measured clearly above its ceiling ({self.medians:.2f} by the medians), which "
+                    "no loader doing the same work can be: the ceiling was mis-measured, and this run gives no ratio")
         if self.verdict < 0:
-            return f"{loader} reached {self.medians:.2f} of its ceiling, clearly below it"
+            return f"{loader} reached {self.medians:.2f} of its ceiling{self.interval_text()}, clearly below it"
         if self.result is None:
             return (f"{loader} could not be told from its ceiling (its median came out above the ceiling's, "
-                    f"{self.medians:.2f} times it, which only the noise of the runs can give)")
-        return f"{loader} reached {self.medians:.2f} of its ceiling, not clearly below it by the course's rule"
+                    f"{self.medians:.2f} times it{self.interval_text()[1:-1].replace('(', ', ') if self.interval_text() else ''}, "
+                    "which only the noise of the runs can give)")
+        return (f"{loader} reached {self.medians:.2f} of its ceiling{self.interval_text()}, not clearly below it by "
+                "the course's rule")
 
 
 def loader_vs_ceiling(loader: Spread, ceiling: Spread) -> CeilingRatio:
@@ -208,9 +226,11 @@ def loader_vs_ceiling(loader: Spread, ceiling: Spread) -> CeilingRatio:
     The one definition of "a loader over its own ceiling" in the course: chapter 11's
     "All together" and ``make bench``'s ``stored_loader_vs_stored_ceiling`` (and every
     ``<loader> vs own ceiling``) both come from here, with their ceilings from
-    :func:`crop_ceiling` over the loader's epoch of images (:func:`shard_items`).
+    :func:`crop_ceiling` over the loader's epoch of images (:func:`shard_items`). The two
+    measure different epochs on different runs; they agree where their intervals overlap
+    (:meth:`CeilingRatio.agrees_with`).
     """
-    return CeilingRatio(loader.median / ceiling.median, compare(loader, ceiling))
+    return CeilingRatio(loader.median / ceiling.median, compare(loader, ceiling), ratio_interval(loader, ceiling))
 
 
 def batch_memory_seconds(batch_size: int = 64, repeats: int = 5) -> dict:

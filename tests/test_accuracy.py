@@ -157,3 +157,42 @@ def test_example_echoing_counts_the_fresh_samples_in_its_buffer_as_delivered(sma
     result = training.train_schedule(train, holdout, schedule, seed=4, curve_every=1)
     assert [count for _, count, _ in result.curve] == schedule.delivered.tolist()
     assert result.curve[0][1] > len(set(schedule[0].tolist()))
+
+
+def test_echo_schedules_on_the_instrument_use_each_read_factor_times_with_the_asked_augmentation():
+    size, images, variants = 50, 300, 6
+    reference = np.concatenate(echo.echo_schedule(size, images, 1, variants=variants)(0))
+    # No echo: every read a fresh one; each read epoch its own render (variant) of every image.
+    assert len(reference) == images and len(set(reference.tolist())) == images
+    assert sorted(set((reference // size).tolist())) == list(range(images // size))
+    for how in ("example", "batch"):
+        after = np.concatenate(echo.echo_schedule(size, images, 3, how, "after", variants)(0))
+        before = np.concatenate(echo.echo_schedule(size, images, 3, how, "before", variants)(0))
+        assert len(after) == len(before) == images  # the same steps as no echo
+        # After augmentation the three copies of a read are the same pixels: 100 distinct indices, each three times.
+        values, counts = np.unique(after, return_counts=True)
+        assert len(values) == images // 3 and set(counts.tolist()) == {3}
+        # Before it, every copy has its own render: as many distinct indices as uses, the same images underneath.
+        assert len(set(before.tolist())) == images
+        assert sorted((before % size).tolist()) == sorted((after % size).tolist())
+    # Example echoing spreads a read's copies apart; batch echoing repeats a batch in a row.
+    batches = echo.echo_schedule(size, images, 3, "batch", "after", variants, batch_size=10)(0)
+    assert all((batches[i] == batches[i + 1]).all() for i in (0, 1)) and not np.array_equal(batches[2], batches[3])
+    spread = np.concatenate(echo.echo_schedule(size, images, 3, "example", "after", variants, buffer=40)(0))
+    assert not all(spread[i] == spread[i + 1] for i in range(0, 30, 3))
+    # A seed draws the same reads in every setting: the pairing the instrument relies on.
+    assert np.array_equal(echo.reads(4, size, 120), echo.reads(4, size, 120))
+    assert not np.array_equal(echo.reads(4, size, 120), echo.reads(5, size, 120))
+    with pytest.raises(ValueError, match="augment"):
+        echo.echo_schedule(size, images, 2, augment="during")
+    with pytest.raises(ValueError, match="whole number of reads"):
+        echo.echo_schedule(size, 301, 2)
+
+
+def test_noise_variants_differ_only_in_their_noise():
+    variants = echo.noise_variants(20, 3, seed=0)
+    assert len(variants) == 60 and (variants.labels[:20] == variants.labels[20:40]).all()
+    first, second = variants.pixels[:20].astype(int), variants.pixels[20:40].astype(int)
+    assert not (first == second).all()
+    # The same stripes under other noise: the renders agree far better than two different images do.
+    assert np.abs(first - second).mean() < np.abs(first - np.roll(second, 1, axis=0)).mean()

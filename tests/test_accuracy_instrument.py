@@ -78,6 +78,11 @@ def test_the_signed_rank_interval_matches_the_test_and_its_false_clear_rate():
     assert paired.paired_difference([2.0] * 6, [1.0] * 6).text() == "+1.0 points (too few seeds for an interval)"
     tiny = paired.paired_difference([90.0, 91.0, 92.0, 90.5, 91.5, 90.0, 92.0], [90.01, 91, 92, 90.5, 91.5, 90, 92])
     assert tiny.low < 0 and tiny.text().startswith("+0.0 points (+0.0 to +0.0)")  # no sign that rounding invented
+    # A clear interval whose bound would round onto 0 gets the decimals that keep it off 0, as the verdict says.
+    shortfall = np.array([0.01, 0.02, 0.3, 0.03, 0.04, 0.5, 0.02, 0.01])
+    near = paired.paired_difference(90.0 - shortfall, np.full(8, 90.0))
+    assert near.clear and round(near.high, 1) == 0 and near.text().endswith("to -0.01)")
+    assert near.text().startswith(f"{near.estimate:+.2f} points")
     rng = np.random.default_rng(0)
     nulls = [paired.paired_difference(rng.normal(0, 1, 12), np.zeros(12)).clear for _ in range(4000)]
     assert np.mean(nulls) <= 0.025

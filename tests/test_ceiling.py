@@ -90,3 +90,17 @@ def test_a_goal_over_a_mis_measured_ceiling_is_neither_reached_nor_missed():
     assert "mis-measured" in above["words"]
     below = training.ceiling_goal_verdict(Spread.of([90, 91, 89, 92, 88, 90]), top, 0.8)
     assert below["reached"] and below["measured"] == pytest.approx(0.9)
+
+
+def test_a_ratio_to_the_ceiling_prints_its_interval_and_two_measurements_agree_where_the_intervals_overlap():
+    top = Spread.of([2800, 2850, 2700, 2880, 2760, 2900])
+    chapter = ceiling.loader_vs_ceiling(Spread.of([2150, 2200, 1700, 2230, 2100, 2300]), top)
+    bench = ceiling.loader_vs_ceiling(Spread.of([2000, 2150, 2160, 2190, 2210, 2220]), top)
+    assert chapter.verdict < 0 and chapter.interval.low < chapter.medians < chapter.interval.high < 1
+    assert f"(interval {chapter.interval.range_text()})" in chapter.words("ours")
+    assert chapter.agrees_with(bench) and bench.agrees_with(chapter)
+    # Half the ceiling, every run: no overlap with three quarters of it, so the two would not agree.
+    half = ceiling.loader_vs_ceiling(Spread.of(v / 2 for v in top), top)
+    assert not half.agrees_with(chapter) and not chapter.agrees_with(half)
+    noisy = ceiling.loader_vs_ceiling(Spread.of([2950, 2600, 3000, 2750, 2900, 2840]), top)
+    assert noisy.result is None and "interval" in noisy.words("ours") and "could not be told" in noisy.words("ours")

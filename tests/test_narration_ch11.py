@@ -48,7 +48,8 @@ def test_loaders_below_their_ceilings_give_their_ratios():
     ratio = loader_vs_ceiling(BELOW, CEILING)
     assert ratio.verdict < 0 and ratio.result == ratio.medians < 1
     figures = _figures(BELOW, CEILING, BELOW, CEILING)
-    assert f"ours reached {ratio.medians:.2f} of its ceiling, clearly below it" in figures["ceiling_sentence"]
+    assert (f"ours reached {ratio.medians:.2f} of its ceiling (interval {ratio.interval.range_text()}), clearly below it"
+            in figures["ceiling_sentence"])
     assert figures["summary_ceiling"].startswith(f"ours reached {ratio.medians:.2f} of the ceiling")
     assert figures["ceiling_lesson"].startswith("What is missing is what each loader itself costs")
 

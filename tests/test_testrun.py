@@ -183,7 +183,7 @@ def test_the_many_core_phases_train_chapter_13s_instrument_on_a_few_seeds_only(m
     effect = conditions.planted_effect_power(np.zeros((2000, 1)), None, 0.03, seeds=12, pool=36, draws=10)
     assert {len(group) for _, group in trained} == {bench.CRASH_TEST_SEEDS}
     assert effect.pool == bench.CRASH_TEST_SEEDS and effect.seeds == bench.CRASH_TEST_SEEDS // 2
-    # Chapter 14's unpaired runs: two seeds.
+    # The unpaired runs of training.accuracy_runs (exercise 12's smoke test): two seeds.
     from packlab.accuracy import training
 
     monkeypatch.setattr(training, "forked_map", lambda function, jobs, processes, **shared: (

@@ -13,7 +13,10 @@ accuracy of a trained model, while keeping everything else equal:
   and reports held-out accuracy, for several seeds at once on all cores;
 * :mod:`.orders` produces the schedules: a global permutation, the course's tar reader
   with a shuffle buffer (the real code, reading real shards), and the peers' shuffles;
-* :mod:`.echo` and :mod:`.mixing` build echoed schedules and mixed sources;
+* :mod:`.echo` and :mod:`.mixing` build echoed schedules (with each echo copy's augmentation
+  before or after the echo) and mixed sources;
+* :mod:`.stored_crops` makes the same random crops of originals and of chapter 11's stored
+  form, scaled down, so that training on either is a paired comparison;
 * :mod:`.patterns` generates a task where only the spatial pattern gives the class (the
   colours are random per image), :mod:`.instrument` trains many seeds of a condition at once
   as one grouped model, paired across conditions, :mod:`.conditions` runs several conditions

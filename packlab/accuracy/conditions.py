@@ -37,22 +37,28 @@ RECALIBRATED = " (BN recalibrated)"
 class Condition:
     """One way of feeding the model: ``schedule(seed)`` gives a seed's batches; ``labels(seed)`` (optional) its
     training labels; ``norm`` the model's norm (``"batch"`` or ``"group"``); ``recalibrated`` also judges the
-    same models after BatchNorm's statistics are recomputed from a shuffled pass."""
+    same models after BatchNorm's statistics are recomputed from a shuffled pass; ``learning_rate`` the peak
+    rate (the instrument's by default; a condition tuned on its own, such as an echo factor, may set another);
+    ``train`` a training set of the condition's own (indexed as its schedule expects) instead of the one
+    :func:`run_conditions` is given, e.g. the same crops cut from a stored copy instead of the originals."""
 
     schedule: Callable[[int], Sequence[np.ndarray]]
     labels: Callable[[int], np.ndarray] | None = None
     norm: str = "batch"
     recalibrated: bool = False
+    learning_rate: float = instrument.LEARNING_RATE
+    train: SmallImages | None = None
 
 
 def _train(job: tuple[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...], dict[str, np.ndarray]]:
     name, seeds = job
     condition: Condition = SHARED["conditions"][name]
-    train, holdout = SHARED["train"], SHARED["holdout"]
+    train, holdout = SHARED["train"] if condition.train is None else condition.train, SHARED["holdout"]
     torch.set_num_threads(1)
     schedules = [condition.schedule(seed) for seed in seeds]
     labels = None if condition.labels is None else np.stack([condition.labels(seed) for seed in seeds])
-    bank = instrument.train_bank(train, schedules, seeds, labels, norm=condition.norm)
+    bank = instrument.train_bank(train, schedules, seeds, labels, norm=condition.norm,
+                                 learning_rate=condition.learning_rate)
     judged = {name: 100 * instrument.bank_accuracy(bank, holdout)}
     if condition.recalibrated:
         judged[name + RECALIBRATED] = 100 * instrument.bank_accuracy(instrument.recalibrate(bank, train), holdout)
@@ -175,3 +181,28 @@ def planted_effect_power(train: SmallImages, holdout: SmallImages, flip_share: f
     false_clear, _ = clear_share(clean, repeat, seeds, draws)
     return PlantedEffect(flip_share, seeds, pool, draws, float(np.mean(clean - flipped)), found, false_clear,
                          detectable, float(np.mean(clean)), clean, repeat, flipped)
+
+
+#: Peak learning rates tried when a condition is tuned on its own (:func:`tuned_rates`): the instrument's, and two,
+#: four and eight times it (on chapter 14's echo settings half of it was the worst of all, every time).
+TUNING_RATES = tuple(instrument.LEARNING_RATE * f for f in (1, 2, 4, 8))
+
+
+def tuned_rates(conditions: Mapping[str, Condition], train: SmallImages, validation: SmallImages,
+                seeds: Sequence[int], rates: Sequence[float] = TUNING_RATES, processes: int = 1,
+                progress: bool = False) -> tuple[dict[str, float], dict[str, dict[float, float]]]:
+    """The peak learning rate that serves each condition best, and the mean validation accuracy (%) of every rate.
+
+    Tuned on ``validation`` images and on ``seeds`` of their own, never the held-out images or
+    the seeds that judge the conditions afterwards: a rate picked on the judging seeds would
+    carry their luck into the verdict. Returns ``({name: best rate}, {name: {rate: accuracy}})``.
+    """
+    from dataclasses import replace
+
+    trials = {(name, rate): replace(condition, learning_rate=rate) for name, condition in conditions.items()
+              for rate in rates}
+    named = {f"{name} @ {rate:g}": trial for (name, rate), trial in trials.items()}
+    accuracy = run_conditions(named, train, validation, seeds, processes=processes, together=len(list(seeds)),
+                              progress=progress)
+    table = {name: {rate: float(np.mean(accuracy[f"{name} @ {rate:g}"])) for rate in rates} for name in conditions}
+    return {name: max(by_rate, key=by_rate.get) for name, by_rate in table.items()}, table

@@ -78,12 +78,21 @@ class PairedDifference:
 
     def text(self, unit: str = " points") -> str:
         """``"+1.2 points (0.4 to 2.0)"``, or for a null ``"+0.3 points (-0.5 to 1.1), could have seen 1.4"``."""
+        if not math.isfinite(self.low):
+            return f"{self.estimate + 0.0:+.1f}{unit} (too few seeds for an interval)"
+        d = self.decimals()
         # Adding 0.0 turns a negative zero into a plain one: "-0.0" would claim a sign that is not there.
-        estimate, low, high = (round(v, 1) + 0.0 for v in (self.estimate, self.low, self.high))
-        if not math.isfinite(low):
-            return f"{estimate:+.1f}{unit} (too few seeds for an interval)"
-        text = f"{estimate:+.1f}{unit} ({low:+.1f} to {high:+.1f})"
+        estimate, low, high = (round(v, d) + 0.0 for v in (self.estimate, self.low, self.high))
+        text = f"{estimate:+.{d}f}{unit} ({low:+.{d}f} to {high:+.{d}f})"
         return text if self.clear else f"{text}, could have seen {self.detectable:.1f}"
+
+    def decimals(self) -> int:
+        """One decimal, or more where one would round a clear interval's bound onto 0: a printed "(-1.1 to +0.0)"
+        beside "clearly lower" would contradict the verdict it explains."""
+        d = 1
+        while self.clear and d < 4 and 0 in (round(self.low, d), round(self.high, d)):
+            d += 1
+        return d
 
 
 @lru_cache(maxsize=None)

@@ -35,10 +35,9 @@ from packlab import cpus, data, paths
 SIDE = 32
 #: Bumped when the way images are made small changes: old caches are then rebuilt.
 VERSION = 1
-#: Images a process takes at a time (``pool.map``'s chunks) in :func:`shrink_all` and :func:`stored_small_pixels`:
+#: Images a process takes at a time (``pool.map``'s chunks) in :func:`shrink_all`:
 #: no more processes start than there are chunks, since a process without one would sit idle.
 SHRINK_CHUNK = 64
-STORE_CHUNK = 32
 
 
 class SmallImages(NamedTuple):
@@ -155,73 +154,6 @@ def small_pixels_of(name: str, encoded: Callable[[data.Sample], bytes], samples:
         return shrink_all(blobs, side, [f"{name}:{s.key}" for s in samples], progress=progress)
 
     return cached(name, side, samples, make, root)
-
-
-def _stored_job(job: tuple[str, tuple, int]) -> list[tuple[np.ndarray, int]]:
-    """One original, decoded once, re-encoded in each of ``forms`` (chapter 11's :mod:`packlab.reencode`) and made
-    small: ``[(pixels, stored bytes)]`` per form."""
-    from PIL import Image
-
-    from packlab import reencode
-    from packlab.transforms import decode_rgb
-
-    path, forms, side = job
-    original = decode_rgb(Path(path).read_bytes(), path)
-    out = []
-    for form in forms:
-        if form.fit == "square":
-            kept = np.asarray(original.resize((form.size, form.size), Image.BILINEAR))
-        else:
-            kept = np.asarray(original.resize(reencode.max_side_size(*original.size, form.size), Image.BILINEAR))
-        encoded = reencode.encode_pixels(kept, form.quality, form.subsampling)
-        out.append((shrink(encoded, side, path), len(encoded)))
-    return out
-
-
-def stored_small_pixels(forms: Sequence, samples: Sequence[data.Sample], side: int = SIDE, root: Path | None = None,
-                        progress: bool = True) -> dict:
-    """The samples stored as chapter 11 stores them, in each of ``forms`` (:class:`packlab.reencode.StoredFormat`),
-    decoded once: ``{form: (SmallImages, bytes of each stored JPEG)}``.
-
-    Each original is decoded once for all the forms (Pillow's bilinear resize, as
-    :func:`packlab.reencode.stored_pixels` does), and every result is cached under
-    ``packed/accuracy/`` (one file per form), so the re-encoding is paid once per dataset.
-    """
-    from tqdm import tqdm
-
-    root = root or paths.data_root()
-    samples = list(samples)
-    labels = np.array([s.label for s in samples], dtype=np.int64)
-    keys = [s.key for s in samples]
-    fingerprint = manifest_fingerprint(samples)
-    found = {}
-    for form in forms:
-        path = _cache_path(form.folder_name, side, fingerprint, root)
-        if path.exists():
-            with np.load(path) as stored:
-                found[form] = (SmallImages(stored["pixels"], labels, keys), stored["bytes"])
-    missing = tuple(form for form in forms if form not in found)
-    if missing:
-        jobs = [(str(data.image_path(s.key, root)), missing, side) for s in samples]
-        out = {form: (np.empty((len(jobs), side, side, 3), dtype=np.uint8), np.empty(len(jobs), dtype=np.int64))
-               for form in missing}
-        bar = tqdm(total=len(jobs), desc=f"storing {len(missing)} ways at {side}x{side}", unit="img",
-                   disable=not progress)
-        processes = cpus.workers_for(math.ceil(len(jobs) / STORE_CHUNK))  # a process takes whole chunks
-        with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
-            for i, per_form in enumerate(pool.map(_stored_job, jobs, chunksize=STORE_CHUNK)):
-                for form, (pixels, size) in zip(missing, per_form):
-                    out[form][0][i], out[form][1][i] = pixels, size
-                bar.update()
-        bar.close()
-        for form, (pixels, sizes) in out.items():
-            path = _cache_path(form.folder_name, side, fingerprint, root)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
-            np.savez(partial, pixels=pixels, bytes=sizes)
-            os.replace(partial, path)
-            found[form] = (SmallImages(pixels, labels, keys), sizes)
-    return {form: found[form] for form in forms}
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

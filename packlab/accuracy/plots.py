@@ -1,33 +1,41 @@
-"""Figures of chapters 13 and 14, in the course's figure style (:mod:`packlab.plots`): accuracy over time, mixes by stretch."""
+"""Figures of chapters 13 and 14, in the course's figure style (:mod:`packlab.plots`): paired differences, mixes by stretch."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from packlab.accuracy.echo import wall_seconds
 from packlab.accuracy.mixing import window_shares
-from packlab.accuracy.training import BATCH_SIZE, RunResult
 from packlab.plots import GREY, MARKERS, PALETTE, SMALL, _fig_ax, _finish
 
+if TYPE_CHECKING:
+    from packlab.accuracy.paired import PairedDifference
 
-def plot_echo_curves(runs: Mapping[str, Sequence[RunResult]], loader_rate: float, model_rate: float, target: float,
-                     ax=None, caption: str | None = None):
-    """Held-out accuracy against modelled wall-clock seconds, one line per echo setting (median over the seeds)."""
-    fig, ax = _fig_ax(ax, (8.0, 4.2))
-    for (name, results), color, marker in zip(runs.items(), PALETTE, MARKERS):
-        points = list(zip(*[r.curve for r in results]))  # per curve point: one (steps, fresh, accuracy) per seed
-        seconds = [statistics.median(wall_seconds(s, f, BATCH_SIZE, loader_rate, model_rate) for s, f, _ in point)
-                   for point in points]
-        accuracy = [100 * statistics.median(a for _, _, a in point) for point in points]
-        ax.plot(seconds, accuracy, color=color, marker=marker, label=name)
-    ax.axhline(100 * target, color=GREY, linestyle="--", linewidth=1.2)
-    ax.set_xlabel("modelled wall-clock time (s)")
-    ax.set_ylabel("held-out accuracy (%)")
-    ax.legend(fontsize=SMALL, loc="lower right")
-    ax.grid(alpha=0.3)
+
+def plot_paired_differences(differences: Mapping[str, "PairedDifference"], reference: str, ax=None,
+                            caption: str | None = None):
+    """Each condition minus ``reference`` in points, seed by seed: the estimate and its interval, one row each.
+
+    Filled markers are clear differences (the interval leaves out 0), open ones nulls; a
+    null's row also shows, as a grey bar, the smallest difference it could have detected
+    in either direction (:mod:`packlab.accuracy.paired`).
+    """
+    fig, ax = _fig_ax(ax, (8.0, 0.55 * len(differences) + 1.6))
+    names = list(differences)
+    for row, (name, color, marker) in enumerate(zip(names, PALETTE, MARKERS)):
+        d = differences[name]
+        y = len(names) - 1 - row
+        if not d.clear and np.isfinite(d.detectable):
+            ax.plot([-d.detectable, d.detectable], [y, y], color=GREY, linewidth=6, alpha=0.35, solid_capstyle="butt")
+        low, high = (d.low, d.high) if np.isfinite(d.low) else (d.estimate, d.estimate)
+        ax.errorbar(d.estimate, y, xerr=[[d.estimate - low], [high - d.estimate]], fmt=marker, color=color,
+                    markerfacecolor=color if d.clear else "white", markersize=8, capsize=4, linewidth=1.6)
+    ax.axvline(0, color=GREY, linestyle="--", linewidth=1.2)
+    ax.set_yticks(range(len(names)), list(reversed(names)), fontsize=SMALL)
+    ax.set_xlabel(f"held-out accuracy minus {reference} (points; median of paired seeds, 98 % interval)")
+    ax.grid(axis="x", alpha=0.3)
     return _finish(fig, caption)
 
 

@@ -249,7 +249,8 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
                    CROP_ROWS["ours, originals"]: "ceiling: our crops (originals)",
                    CROP_ROWS["ours, stored"]: "ceiling: our crops (stored, max side)"}
     out = {"images": len(expected), "ceiling_images": len(stored_items), "shards": count, "rounds": rounds,
-           "workers": cores, "rows": rows, "ratios": {}, "verdicts": {}, "mis_measured_ceilings": []}
+           "workers": cores, "rows": rows, "ratios": {}, "verdicts": {}, "ratio_intervals": {},
+           "mis_measured_ceilings": []}
     out["ratios"]["training_pipeline_speedup"] = ours.median / standard.median
     out["verdicts"]["training_pipeline_speedup"] = verdict_words(ours, standard, "ours (stored)", "the standard")
     out["goal_training_pipeline_speedup"] = goal_verdict(ours, standard, GOALS_OF_THE_SAME_WORK["training_pipeline_speedup"])
@@ -257,9 +258,14 @@ def crops_section(root, shards: Sequence[str], train_shards: Sequence[str], mani
         key = f"{loader} vs own ceiling"
         ratio = loader_vs_ceiling(spreads[loader], spreads[ceiling])
         out["ratios"][key], out["verdicts"][key] = ratio.result, ratio.words(loader)
+        if ratio.interval is not None and ratio.interval.bounded:  # to set beside chapter 11's (CeilingRatio.agrees_with)
+            out["ratio_intervals"][key] = [ratio.interval.low, ratio.interval.high]
         if ratio.mis_measured:
             out["mis_measured_ceilings"].append(ceiling)
     out["ratios"]["stored_loader_vs_stored_ceiling"] = out["ratios"][f"{CROP_ROWS['ours, stored']} vs own ceiling"]
+    if f"{CROP_ROWS['ours, stored']} vs own ceiling" in out["ratio_intervals"]:
+        out["ratio_intervals"]["stored_loader_vs_stored_ceiling"] = out["ratio_intervals"][
+            f"{CROP_ROWS['ours, stored']} vs own ceiling"]
     out["verdicts"]["stored_loader_vs_stored_ceiling"] = out["verdicts"][f"{CROP_ROWS['ours, stored']} vs own ceiling"]
     out["goal_stored_loader_vs_stored_ceiling"] = ceiling_goal_verdict(
         ours, spreads[own_ceiling[CROP_ROWS["ours, stored"]]], GOALS_OF_THE_SAME_WORK["stored_loader_vs_stored_ceiling"])

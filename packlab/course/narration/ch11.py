@@ -194,7 +194,7 @@ def ceiling_summary(ours: CeilingRatio) -> str:
     if ours.result is None:
         return "ours could not be told from the ceiling of its own work"
     below = "clearly below it" if ours.verdict < 0 else "not clearly below it"
-    return f"ours reached {ours.result:.2f} of the ceiling of its own work, {below}"
+    return f"ours reached {ours.result:.2f} of the ceiling of its own work{ours.interval_text()}, {below}"
 
 
 def dali_sentence(ours: Spread, dali: Spread | None, gpu_status: str | None = None) -> str:

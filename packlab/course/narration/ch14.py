@@ -7,155 +7,180 @@ it says so, and a null result stated as one, with the interval of the difference
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from packlab.accuracy.echo import reached, wall_seconds
+from packlab.accuracy.echo import wall_seconds
 from packlab.accuracy.mixing import window_shares
-from packlab.accuracy.training import BATCH_SIZE, RunResult
-from packlab.bench import Spread, compare, difference_interval, interval_note, with_note
+from packlab.accuracy.training import BATCH_SIZE
 from packlab.course.prose import names_text, provides_figures
-
-
-def against(accuracy: Spread, reference: Spread) -> str:
-    """One accuracy spread against the reference's, in words: the difference of the medians in points, and the
-    interval of the difference (:func:`packlab.bench.difference_interval`, the same pairs the verdict counts).
-
-    Beside "no clear difference" the interval says how large a difference these seeds could
-    have missed."""
-    direction = compare(accuracy, reference)
-    points = accuracy.median - reference.median
-    _, low, high = difference_interval(accuracy, reference)
-    span = (f"interval {low:+.1f} to {high:+.1f}" if abs(low) < float("inf") and abs(high) < float("inf")
-            else "too few runs for an interval")
-    if direction == 0:
-        return f"no clear difference ({points:+.1f} points, {span})"
-    return f"clearly {'better' if direction > 0 else 'worse'} ({points:+.1f} points, {span})"
 
 
 # ------------------------------------------------------------------------------ storage
 
 
-def storage_rows(stored: Mapping[str, tuple], accuracy: Mapping[str, Spread], reference: str) -> list[dict]:
-    """Per way of storing: kB per image, PSNR of what the model sees against the originals', accuracy, verdict."""
-    from packlab.accuracy.pixels import psnr
+def storage_rows(accuracy: Mapping[str, np.ndarray], scales: Mapping[str, tuple], kb: Mapping[str, float],
+                 psnr_db: Mapping[str, float]) -> list[dict]:
+    """Per crop scale and stored form: bytes, PSNR of the crops, accuracy, and the paired verdict stored - originals.
 
-    base_images, base_kb = stored[reference]
+    ``accuracy`` maps ``"<form>, <scale>"`` (form "originals" or "stored") to per-seed accuracy;
+    ``scales`` the scale names to their ``(low, high)`` area shares; ``kb`` each form's kB per image;
+    ``psnr_db`` each scale's stored crops against the original crops.
+    """
+    from packlab.accuracy.paired import paired_difference
+
+    from .ch13 import spread_text, verdict_text
+
     rows = []
-    for name, (images, kb) in stored.items():
-        quality = psnr(images.pixels, base_images.pixels)
-        rows.append({"stored as": name, "kB per image": f"{kb:.1f}", "bytes against the originals": f"{kb / base_kb:.2f}",
-                     "PSNR at 64 px, dB": "identical" if quality == float("inf") else f"{quality:.1f}",
-                     "held-out accuracy, %": f"{accuracy[name]:.1f}",
-                     f"against the {reference}": "reference" if name == reference
-                     else against(accuracy[name], accuracy[reference])})
+    for scale in scales:
+        for form in ("originals", "stored"):
+            name = f"{form}, {scale}"
+            rows.append({"crops of": form, "crop area": scale, "kB per image": f"{kb[form]:.1f}",
+                         "PSNR of the crops, dB": "reference" if form == "originals" else f"{psnr_db[scale]:.1f}",
+                         "held-out accuracy, % (seeds' range)": spread_text(accuracy[name]),
+                         "stored minus originals": "" if form == "originals" else verdict_text(
+                             paired_difference(accuracy[name], accuracy[f"originals, {scale}"]))})
     return rows
 
 
+def storage_differences(accuracy: Mapping[str, np.ndarray], scales: Mapping[str, tuple]) -> dict:
+    """Stored minus originals at each crop scale, seed by seed."""
+    from packlab.accuracy.paired import paired_difference
+
+    return {f"stored, {scale}": paired_difference(accuracy[f"stored, {scale}"], accuracy[f"originals, {scale}"])
+            for scale in scales}
+
+
 @provides_figures("storage_sentence", "key_storage")
-def storage_figures(stored: Mapping[str, tuple], accuracy: Mapping[str, Spread], reference: str) -> dict:
-    """Which stored copies trained a clearly different model, and at what share of the bytes."""
-    base_kb = stored[reference][1]
-    others = [n for n in stored if n != reference]
-    worse = [n for n in others if compare(accuracy[n], accuracy[reference]) < 0]
-    better = [n for n in others if compare(accuracy[n], accuracy[reference]) > 0]
-    same = [n for n in others if n not in worse and n not in better]
+def storage_figures(accuracy: Mapping[str, np.ndarray], scales: Mapping[str, tuple], kb: Mapping[str, float]) -> dict:
+    """What training on the stored copy's crops did at each scale, with each null's reach; a key point only where clear."""
+    differences = storage_differences(accuracy, scales)
     parts = []
-    if same:
-        parts.append(f"{names_text(same)} trained no clearly different model from the {reference} "
-                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in same)} against {accuracy[reference].median:.1f} %)"
-                     f" at {', '.join(f'{stored[n][1] / base_kb:.2f}' for n in same)} of their bytes")
-    if worse:
-        parts.append(f"{names_text(worse)} trained a clearly worse one "
-                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in worse)})")
-    if better:
-        parts.append(f"{names_text(better)} trained a clearly better one "
-                     f"({', '.join(f'{accuracy[n].median:.1f} %' for n in better)})")
-    sentence = "Trained on its stored copies and tested on originals, " + "; ".join(parts) + "."
-    key = (f"no stored copy cost accuracy clearly, down to {min(stored[n][1] for n in others) / base_kb:.2f} of the "
-           "bytes." if not worse else f"{names_text(worse)} cost accuracy clearly.")
+    for scale in scales:
+        d = differences[f"stored, {scale}"]
+        mean = float(np.mean(accuracy[f"originals, {scale}"]))
+        parts.append(f"with crops of {scale} of the area (the originals' crops reached {mean:.1f} %), "
+                     + _clause(d, "higher", "lower"))
+    share = kb["stored"] / kb["originals"]
+    sentence = (f"Trained on crops of the stored copy ({share:.2f} of the originals' bytes) instead of the same crops "
+                "of the originals, and tested on originals: " + "; ".join(parts) + ".")
+    clear = [scale for scale in scales if differences[f"stored, {scale}"].clear]
+    if clear:
+        key = "; ".join(f"at crops of {scale}, the stored copy's crops trained a clearly "
+                        f"{'better' if differences[f'stored, {scale}'].estimate > 0 else 'worse'} model "
+                        f"({differences[f'stored, {scale}'].text()})" for scale in clear) + "."
+    else:
+        reach = max(differences[f"stored, {scale}"].detectable for scale in scales)
+        key = (f"no cost of the stored copy was seen at {share:.2f} of the bytes; these comparisons could have seen "
+               f"about {reach:.1f} points, not less.")
     return {"storage_sentence": sentence, "key_storage": key[0].upper() + key[1:]}
 
 
 # ------------------------------------------------------------------------------ echoing
 
 
-def echo_target(no_echo: Sequence[RunResult], below: float = 0.05) -> float:
-    """The target accuracy: ``below`` under the no-echo runs' median final accuracy, down to a whole per cent."""
-    final = statistics.median(r.accuracy for r in no_echo)
-    return int(100 * (final - below)) / 100
+#: The echo settings of the chapter, in its table's order: (echo factor, how, augmented before or after the echo).
+#: ``how`` None is no echo; "no echo" trains every step on a fresh read (a loader fast enough), "waiting" trains
+#: only the steps its reads allow (a loader ``factor`` times too slow, nothing done about it).
+ECHO_SETTINGS = {
+    "no echo": (1, None, "after"),
+    "waiting, loader 4x too slow": (4, None, "after"),
+    "example echo 2": (2, "example", "after"),
+    "example echo 4": (4, "example", "after"),
+    "example echo 4, before augmentation": (4, "example", "before"),
+    "batch echo 4": (4, "batch", "after"),
+}
+REFERENCE, WAITING = "no echo", "waiting, loader 4x too slow"
 
 
-def _times(results: Sequence[RunResult], target: float, loader_rate: float, model_rate: float) -> list[float]:
-    """Per seed: modelled seconds until the target was first reached (inf where it never was)."""
-    out = []
-    for result in results:
-        hit = reached(result, target)
-        out.append(float("inf") if hit is None else wall_seconds(hit[0], hit[1], BATCH_SIZE, loader_rate, model_rate))
-    return out
+#: The settings whose learning rate is tuned, one per echo factor and the run that waits (it trains a quarter of the
+#: steps, which may want another rate); every other setting takes the rate of its factor's.
+TUNED = ("no echo", "waiting, loader 4x too slow", "example echo 2", "example echo 4")
 
 
-def _fresh(results: Sequence[RunResult], target: float) -> list[float]:
-    return [float("inf") if (hit := reached(r, target)) is None else float(hit[1]) for r in results]
+def tuned_for(name: str) -> str:
+    """The tuned setting whose learning rate ``name`` uses: itself, or the example echo of its factor."""
+    if name in TUNED:
+        return name
+    return f"example echo {ECHO_SETTINGS[name][0]}"
 
 
-def _median_text(values: Sequence[float], fmt: str) -> str:
-    finite = [v for v in values if np.isfinite(v)]
-    if len(finite) <= len(values) // 2:
-        return f"not reached ({len(values) - len(finite)} of {len(values)} runs)"
-    text = f"{statistics.median(values):{fmt}}"
-    return text + (f" ({len(values) - len(finite)} runs never)" if len(finite) < len(values) else "")
+def rate_lines(table: Mapping[str, Mapping[float, float]], chosen: Mapping[str, float]) -> str:
+    """The tuning's results, one line per tuned setting, and a warning where the best rate is at the grid's edge."""
+    lines = []
+    for name, by_rate in table.items():
+        tried = ", ".join(f"{rate:g} → {accuracy:.1f} %" for rate, accuracy in by_rate.items())
+        edge = ("; the largest rate tried won, so a larger one might do better still" if chosen[name] == max(by_rate)
+                else "; the smallest rate tried won, so a smaller one might do better still"
+                if chosen[name] == min(by_rate) else "")
+        lines.append(f"{name}: {tried} (validation accuracy); chosen {chosen[name]:g}{edge}")
+    return "\n".join(lines)
 
 
-def echo_rows(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rate: float,
-              model_rate: float) -> list[dict]:
-    """Per echo setting: final accuracy, fresh images and modelled seconds to the target, and the verdict on time."""
-    base = Spread.of(_times(runs["no echo"], target, loader_rate, model_rate))
+def echo_rows(accuracy: Mapping[str, np.ndarray], images: int, loader_rate: float, model_rate: float,
+              rates: Mapping[str, float]) -> list[dict]:
+    """Per echo setting: the loader's reads and the steps, modelled wall time, the tuned rate, accuracy, verdicts."""
+    from packlab.accuracy.paired import paired_difference
+
+    from .ch13 import spread_text, verdict_text
+
     rows = []
-    for name, results in runs.items():
-        times = Spread.of(_times(results, target, loader_rate, model_rate))
-        verdict = with_note({1: "clearly slower", -1: "clearly faster", 0: "no clear difference"}[compare(times, base)],
-                            interval_note(times, base))
-        rows.append({"echo": name, "final accuracy, %": f"{Spread.of(100 * r.accuracy for r in results):.1f}",
-                     f"fresh images to {100 * target:.0f} %": _median_text(_fresh(results, target), ",.0f"),
-                     "modelled seconds to it": _median_text(list(times), ".1f"),
-                     "against no echo": "reference" if name == "no echo" else verdict})
+    for name, (factor, how, _) in ECHO_SETTINGS.items():
+        reads = images // factor
+        trained = reads if how is None else images
+        seconds = wall_seconds(-(-trained // BATCH_SIZE), reads, BATCH_SIZE, loader_rate, model_rate)
+        rows.append({"setting": name, "loader reads": f"{reads:,}", "images trained": f"{trained:,}",
+                     "modelled seconds": f"{seconds:.1f}", "learning rate": f"{rates[tuned_for(name)]:g}",
+                     "held-out accuracy, % (seeds' range)": spread_text(accuracy[name]),
+                     "against no echo": "reference" if name == REFERENCE
+                     else verdict_text(paired_difference(accuracy[name], accuracy[REFERENCE])),
+                     "against waiting (same reads)": "-" if factor != 4 or name == WAITING
+                     else verdict_text(paired_difference(accuracy[name], accuracy[WAITING]))})
     return rows
 
 
-@provides_figures("echo_sentence", "echo_fresh_sentence", "key_echo")
-def echo_figures(runs: Mapping[str, Sequence[RunResult]], target: float, loader_rate: float, model_rate: float) -> dict:
-    """Which echo setting reached the target soonest, and what it saved of the loader's work."""
-    times = {name: Spread.of(_times(results, target, loader_rate, model_rate)) for name, results in runs.items()}
-    base = times["no echo"]
-    faster = [n for n, t in times.items() if n != "no echo" and compare(t, base) < 0]
-    slower = [n for n, t in times.items() if n != "no echo" and compare(t, base) > 0]
-    if faster:
-        best = min(faster, key=lambda n: times[n].median)
-        echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, "
-                         f"{names_text(faster)} reached {100 * target:.0f} % clearly sooner than no echo "
-                         f"({best}: {times[best].median:.1f} s against {base.median:.1f} s, median; "
-                         f"{interval_note(times[best], base)})")
+def echo_differences(accuracy: Mapping[str, np.ndarray]) -> dict:
+    """Every setting minus no echo, seed by seed (:class:`~packlab.accuracy.paired.PairedDifference`)."""
+    from packlab.accuracy.paired import paired_difference
+
+    return {name: paired_difference(values, accuracy[REFERENCE]) for name, values in accuracy.items()
+            if name != REFERENCE}
+
+
+def _clause(difference, more: str, less: str) -> str:
+    """"clearly <more>" / "clearly <less>" / "no clear difference", each with its interval (and a null's reach)."""
+    if difference.clear:
+        return f"clearly {more if difference.estimate > 0 else less}: {difference.text()}"
+    return f"no clear difference: {difference.text()}"
+
+
+@provides_figures("echo_sentence", "echo_augment_sentence", "key_echo")
+def echo_figures(accuracy: Mapping[str, np.ndarray], loader_rate: float, model_rate: float) -> dict:
+    """What echoing bought against waiting, what it cost against a fast enough loader, and where the copies differ."""
+    from packlab.accuracy.paired import paired_difference
+
+    def diff(a, b):
+        return paired_difference(accuracy[a], accuracy[b])
+
+    gained = diff("example echo 4", WAITING)
+    cost = diff("example echo 4", REFERENCE)
+    batch = diff("batch echo 4", "example echo 4")
+    echo_sentence = (
+        f"This machine's loader is {model_rate / loader_rate:.1f} times slower than the model. Example echoing at "
+        f"4, the same reads each used four times, against the run that waited for its reads: "
+        f"{_clause(gained, 'better', 'worse')}; against a loader fast enough for every step: "
+        f"{_clause(cost, 'better', 'worse')}. Batch echoing at 4, each batch four steps in a row, against example "
+        f"echoing at 4: {_clause(batch, 'better', 'worse')}.")
+    before = diff("example echo 4, before augmentation", "example echo 4")
+    echo_augment_sentence = (
+        "Echoing before the augmentation, so that each copy gets its own noise, against after it (identical "
+        f"copies): {_clause(before, 'better', 'worse')}.")
+    if gained.clear and gained.estimate > 0:
+        key_echo = f"example echoing at 4 trained clearly better than waiting for the loader: {gained.text()}."
     else:
-        echo_sentence = (f"With the loader {model_rate / loader_rate:.1f} times slower than the model, no echo setting "
-                         f"reached {100 * target:.0f} % clearly sooner than no echo ({base.median:.1f} s, median)")
-    echo_sentence += f"; {names_text(slower)} clearly later." if slower else "."
-    fresh = {name: statistics.median(_fresh(results, target)) for name, results in runs.items()}
-    reached_by = {n: f for n, f in fresh.items() if np.isfinite(f)}
-    if reached_by:
-        fewest = min(reached_by, key=reached_by.get)
-        echo_fresh_sentence = ("Fresh images needed to get there (median): "
-                               + ", ".join(f"{n} {f:,.0f}" for n, f in reached_by.items()) + ".")
-        if "no echo" in reached_by and fewest != "no echo":
-            echo_fresh_sentence += (f" {fewest} needed {reached_by['no echo'] / reached_by[fewest]:.2f} times fewer "
-                                    "than no echo: its repeats did part of the work of fresh images.")
-    else:
-        echo_fresh_sentence = "No setting reached the target within its budget of fresh images."
-    key_echo = (f"{names_text(faster)} reached the target clearly sooner than no echo." if faster
-                else "no echo setting reached the target clearly sooner than no echo.")
-    return {"echo_sentence": echo_sentence, "echo_fresh_sentence": echo_fresh_sentence,
+        key_echo = f"example echoing at 4 was not clearly better than waiting for the loader: {gained.text()}."
+    return {"echo_sentence": echo_sentence, "echo_augment_sentence": echo_augment_sentence,
             "key_echo": key_echo[0].upper() + key_echo[1:]}
 
 
