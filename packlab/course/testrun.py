@@ -80,7 +80,7 @@ CORE_READERS = ("chapters/00_setup", "chapters/01_jpeg_files", "chapters/02_zip"
                 "chapters/04_per_worker_handles", "chapters/05_tar_shards", "chapters/07_how_fast_is_enough",
                 "chapters/08_process_boundary", "chapters/09_other_formats", "chapters/10_beyond_one_machine",
                 "chapters/11_past_the_decode_ceiling", "chapters/13_what_shortcuts_cost",
-                "chapters/14_storing_echoing_mixing",
+                "chapters/14_storing_echoing_mixing", "chapters/15_at_scale",
                 "solutions/01_jpeg_dataset", "solutions/02_zip_packing", "solutions/03_per_worker_zip",
                 "solutions/06_bottleneck", "solutions/07_parallel_map", "solutions/12_interleaved_shuffle")
 #: The 16-core phase's log of the notebooks that read the emulated core count.

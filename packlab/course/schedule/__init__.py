@@ -125,7 +125,7 @@ CORE_CHAPTERS = (0, 1, 2, 3, 4, 5, 6)
 CORE_EXERCISES = ("01_jpeg_dataset", "03_per_worker_zip", "04a_tarfile_reader")
 #: The second day: the other chapters (performance, and beyond one machine) with their
 #: exercises. Exercises in neither day are optional: for whoever is ahead, or homework.
-SECOND_DAY_CHAPTERS = (7, 8, 9, 10, 11, 12, 13, 14)
+SECOND_DAY_CHAPTERS = (7, 8, 9, 10, 11, 12, 13, 14, 15)
 SECOND_DAY_EXERCISES = ("06_bottleneck", "07_parallel_map", "08_lmdb", "09_resuming_shards", "11_resumable_reader",
                         "12_interleaved_shuffle")
 

@@ -25,7 +25,7 @@ cuts it applied, and what is left for reading. The tracks (:data:`TRACKS`):
 * ``1-shards``: one day for those who came for WebDataset: chapters 0, 1, 3 and 4 cut
   down, then chapter 5 cut down and exercise 4a (shards read with ``tarfile``);
 * ``2``: two days: day one as ``1``; day two chapters 5–7 cut down, exercise 4a and
-  exercise 6; chapters 8–14 for reading;
+  exercise 6; chapters 8–15 for reading;
 * ``4``: four days: every chapter, every planned exercise, in order, a day ending between
   two episodes of a chapter where it must (:func:`pack_at_episodes`); the guide's cuts
   only where the days would not hold the course without them.
@@ -138,15 +138,15 @@ _DAY_ONE = (chapter(0), chapter(1), exercise("01_jpeg_dataset"), chapter(2), cha
             exercise("03_per_worker_zip"))
 TRACKS: dict[str, Track] = {
     "1": Track("1", "one day: one file per sample, the zip, its pitfall and the fix", (_DAY_ONE,),
-               reading=(5, 6, 7, 8, 9, 10, 11, 12, 13, 14), optional=("02_zip_packing",)),
+               reading=(5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), optional=("02_zip_packing",)),
     # The pitfall (chapter 3) stays: a tar reader opens its shards in the workers for the same reason.
     "1-shards": Track("1-shards", "one day for WebDataset: from one file per sample to tar shards read by workers",
                       ((chapter(0), chapter(1), chapter(3), chapter(4), chapter(5), exercise("04a_tarfile_reader")),),
-                      reading=(2, 6, 7, 8, 9, 10, 11, 12, 13, 14),
+                      reading=(2, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                       optional=("01_jpeg_dataset", "03_per_worker_zip", "04_tar_shards")),
     "2": Track("2", "two days: the zip day, then tar shards, ranks and how fast is enough",
                (_DAY_ONE, (chapter(5), exercise("04a_tarfile_reader"), chapter(6), chapter(7), exercise("06_bottleneck"))),
-               reading=(8, 9, 10, 11, 12, 13, 14),
+               reading=(8, 9, 10, 11, 12, 13, 14, 15),
                optional=("02_zip_packing", "04_tar_shards", "05_shard_split")),
     "4": Track("4", "four days: every chapter, the exercises in order", (), packed=True,
                optional=("02_zip_packing", "04_tar_shards", "05_shard_split", "08_lmdb", "10_fast_path")),
