@@ -41,14 +41,20 @@ def test_the_simulation_sentences_say_when_a_model_missed_its_check():
     assert "(a model that missed the two real ranks here)" in missed["key_ranks"]
 
 
-def test_ranks_sentence_says_who_waited_in_the_exchange():
-    rows = [{"rank": 0, "wait p50 ms": 4.5, "wait p99 ms": 11.9, "wait max ms": 13.2, "all_reduce p50 ms": 7.7,
-             "mean step ms": 108.3},
-            {"rank": 1, "wait p50 ms": 9.4, "wait p99 ms": 96.7, "wait max ms": 122.4, "all_reduce p50 ms": 1.5,
-             "mean step ms": 108.3}]
-    assert "Rank 0 spent longer in the exchange than rank 1" in ch15.ranks_figures(rows)["ranks_sentence"]
-    even = [dict(rows[0], **{"all_reduce p50 ms": 1.0}), rows[1]]
-    assert "Neither rank spent clearly longer" in ch15.ranks_figures(even)["ranks_sentence"]
+def test_ranks_sentence_gives_every_loaders_tails_and_who_waited_in_the_exchange():
+    rows = [{"loader": "tar shards, decode", "rank": 0, "wait p50 ms": 4.5, "wait p99 ms": 11.9, "wait max ms": 13.2,
+             "all_reduce p50 ms": 7.7, "mean step ms": 108.3},
+            {"loader": "tar shards, decode", "rank": 1, "wait p50 ms": 9.4, "wait p99 ms": 96.7, "wait max ms": 122.4,
+             "all_reduce p50 ms": 1.5, "mean step ms": 108.3},
+            {"loader": "JPEG folder", "rank": 0, "wait p50 ms": 4.0, "wait p99 ms": 20.0, "wait max ms": 30.0,
+             "all_reduce p50 ms": 2.0, "mean step ms": 70.0},
+            {"loader": "JPEG folder", "rank": 1, "wait p50 ms": 4.0, "wait p99 ms": 22.0, "wait max ms": 31.0,
+             "all_reduce p50 ms": 2.0, "mean step ms": 70.0}]
+    sentence = ch15.ranks_figures(rows)["ranks_sentence"]
+    assert "tar shards, decode, 11.9 ms and 96.7 ms; JPEG folder, 20.0 ms and 22.0 ms" in sentence
+    assert "Rank 0 spent longer in the exchange than rank 1 (7.7 against 1.5 ms, median)" in sentence
+    even = [dict(rows[0], **{"all_reduce p50 ms": 1.0})] + rows[1:]
+    assert "neither rank was the other's straggler" in ch15.ranks_figures(even)["ranks_sentence"]
 
 
 def _study(recovered: float | None) -> dict:

@@ -215,3 +215,26 @@ def test_a_kernel_ended_by_nbval_runs_its_exit_handlers(tmp_path):
                           f"--rootdir={tmp_path}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert marker.exists(), "the kernel was killed before its atexit handlers ran"
+
+
+def test_the_many_cores_passes_tune_one_rate_crop_one_range_and_run_one_loaders_ranks(monkeypatch):
+    import numpy as np
+
+    from packlab import bench
+    from packlab.accuracy import conditions, stored_crops
+    from packlab.stragglers import rank_loaders
+
+    trained = []
+    monkeypatch.setattr(conditions, "run_conditions", lambda named, *a, **k: (
+        trained.extend(named) or {name: np.array([90.0]) for name in named}))
+    monkeypatch.delenv(bench.CRASH_TEST_ROUNDS_VAR, raising=False)
+    full = {"a": conditions.Condition(lambda seed: [])}
+    conditions.tuned_rates(full, None, None, range(4))
+    assert len(trained) == len(conditions.TUNING_RATES)
+    assert len(stored_crops.crop_scales()) == 2 and len(rank_loaders(["a.tar", "b.tar"], 16, 0)) == 3
+    monkeypatch.setenv(bench.CRASH_TEST_ROUNDS_VAR, str(testrun.CRASH_TEST_ROUNDS))
+    trained.clear()
+    best, table = conditions.tuned_rates(full, None, None, range(4))
+    assert trained == [f"a @ {conditions.TUNING_RATES[0]:g}"] and best == {"a": conditions.TUNING_RATES[0]}
+    assert list(stored_crops.crop_scales()) == ["8–100 %"]
+    assert list(rank_loaders(["a.tar", "b.tar"], 16, 0)) == ["tar shards, decode"]

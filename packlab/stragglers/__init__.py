@@ -68,10 +68,10 @@ from packlab.stragglers.simulate import (
     validate,
     validate_slowest,
 )
-from packlab.stragglers.study import straggler_study, table_loaders, tar_rank_loader
+from packlab.stragglers.study import rank_loaders, shard_keys, straggler_study, table_loaders, tar_rank_loader
 from packlab.stragglers.waits import LOAD, BatchWaits, calibrated_waits, record_waits
 
 __all__ = ["LOAD", "PREFETCH_FACTOR", "RANKS", "BatchWaits", "RankRun", "SyncRun", "block_se", "calibrated_waits",
-           "exchange_cost", "free_port", "job_steps", "next_floor", "plot_wait_tails", "plot_waiting_share",
+           "exchange_cost", "free_port", "job_steps", "next_floor", "plot_wait_tails", "rank_loaders", "shard_keys", "plot_waiting_share",
            "record_waits", "run_ranks", "simulate_sync", "simulation_table", "slowest_of", "slowest_table", "straggler_study", "table_loaders",
            "tar_rank_loader", "validate", "validate_slowest"]

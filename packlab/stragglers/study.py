@@ -30,16 +30,67 @@ def tar_rank_loader(shards: Sequence[str], batch_size: int, seed: int, timeout: 
     return DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate_uint8_images, **extra)
 
 
+def shard_keys(shards: Sequence[str]) -> list[str]:
+    """The keys of the samples in ``shards``, from the tar headers alone (no image is read)."""
+    import tarfile
+
+    keys = []
+    for shard in shards:
+        with tarfile.open(shard) as archive:
+            keys += [name.rsplit(".", 1)[0] for name in archive.getnames() if name.endswith(".jpg")]
+    return keys
+
+
 def table_loaders(shards: Sequence[str], batch_size: int, seed: int) -> dict:
-    """name -> ``make(workers)``: the rows of the latency table, built as :mod:`packlab.loaders.lineup` builds them."""
+    """name -> ``make(workers)``: three loaders of the same images, those in ``shards``, each decoding and resizing.
+
+    The course's tar reader and the standard crop pipeline read the shards (built as
+    :mod:`packlab.loaders.lineup` builds them); the JPEG folder reads the same samples as files
+    (:func:`shard_keys`), shuffled, so the three do the same work on the same images.
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
     from packlab import paths
+    from packlab.loaders import JpegFolderDataset, collate_uint8_images
     from packlab.loaders.lineup import CROP_ROWS, crop_factories, loader_factories
+    from packlab.transforms import decode_and_resize
 
     shards = list(shards)
     lineup = loader_factories(paths.data_root(), shards, None, batch_size=batch_size, seed=seed)
     crops = crop_factories(shards, [], batch_size=batch_size, seed=seed, dali=False)
-    return {"tar shards, decode": lineup["tar shards (ours)"][1], "JPEG folder": lineup["JPEG folder"][1],
+    keys = shard_keys(shards)
+
+    def folder(workers: int):
+        dataset = JpegFolderDataset(paths.data_root(), keys=keys, transform=decode_and_resize)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
+                          num_workers=workers, collate_fn=collate_uint8_images,
+                          multiprocessing_context="fork" if workers else None)
+
+    return {"tar shards, decode": lineup["tar shards (ours)"][1], "JPEG folder": folder,
             "crops, standard": crops[CROP_ROWS["standard"]][1]}
+
+
+def rank_loaders(shards: Sequence[str], batch_size: int, seed: int) -> dict:
+    """name -> ``make(rank, world_size, workers)`` for :func:`run_ranks`: :func:`table_loaders`, each rank reading
+    its own part of ``shards``, as a job's ranks split them. The course's tar reader
+    comes first; under make test's crash-test cap (its many-cores passes, which check that the ranks run with
+    that many workers) it is the only one."""
+    from packlab.bench import crash_test_count
+
+    shards = list(shards)
+    names = ("tar shards, decode", "JPEG folder", "crops, standard")
+    names = names[: crash_test_count(len(names), cap=1)]
+
+    def one(name: str):
+        def make(rank: int, world_size: int, workers: int):
+            # The shard readers find the rank in torch.distributed (up in every rank) and take their own shards;
+            # the JPEG folder is map-style and is given the keys of this rank's shards.
+            mine = shards[rank::world_size] if name == "JPEG folder" else shards
+            return table_loaders(mine, batch_size, seed)[name](workers)
+        return make
+
+    return {name: one(name) for name in names}
 
 
 def _summary(times: np.ndarray) -> dict:

@@ -35,19 +35,26 @@ def tail_figures(rows: Sequence[Mapping]) -> dict:
 
 @provides_figures("ranks_sentence")
 def ranks_figures(rank_rows: Sequence[Mapping]) -> dict:
-    """What the two real ranks did: each one's tail, and who waited for whom in the exchange."""
-    parts = [f"rank {r['rank']} waited {r['wait p50 ms']:.1f} ms at the median, {r['wait p99 ms']:.1f} ms at the p99 "
-             f"and {r['wait max ms']:.1f} ms at worst, and spent {r['all_reduce p50 ms']:.1f} ms (median) in the "
-             "exchange" for r in rank_rows]
-    slowest = max(rank_rows, key=lambda r: r["wait p99 ms"])
-    fastest = min(rank_rows, key=lambda r: r["wait p99 ms"])
-    sentence = ("; ".join(parts) + ". The step lasted " + f"{rank_rows[0]['mean step ms']:.1f} ms on average. ")
+    """What the real ranks did, loader by loader: each rank's tail, and who waited for whom in the exchange."""
+    by_loader: dict[str, list[Mapping]] = {}
+    for row in rank_rows:
+        by_loader.setdefault(row.get("loader", "the loader"), []).append(row)
+    tails = "; ".join(f"{loader}, " + " and ".join(f"{r['wait p99 ms']:.1f} ms" for r in rows)
+                      for loader, rows in by_loader.items())
+    first, rows = next(iter(by_loader.items()))
+    slowest = max(rows, key=lambda r: r["wait p99 ms"])
+    fastest = min(rows, key=lambda r: r["wait p99 ms"])
+    sentence = (f"The ranks' p99 waits for a batch, rank by rank: {tails}. With {first}, a step lasted "
+                f"{rows[0]['mean step ms']:.1f} ms on average. ")
     if slowest["all_reduce p50 ms"] < fastest["all_reduce p50 ms"]:
-        sentence += (f"Rank {fastest['rank']} spent longer in the exchange than rank {slowest['rank']}: it had its "
-                     "batch sooner and waited there for the other, which is how a straggler's wait reaches every rank.")
+        sentence += (f"Rank {fastest['rank']} spent longer in the exchange than rank {slowest['rank']} "
+                     f"({fastest['all_reduce p50 ms']:.1f} against {slowest['all_reduce p50 ms']:.1f} ms, median): it "
+                     "had its batch sooner and waited there for the other, which is how a straggler's wait reaches "
+                     "every rank.")
     else:
-        sentence += "Neither rank spent clearly longer in the exchange than the other in this run."
-    return {"ranks_sentence": sentence[0].upper() + sentence[1:]}
+        sentence += ("The rank with the longer tail did not spend less time in the exchange in this run: neither "
+                     "rank was the other's straggler for long.")
+    return {"ranks_sentence": sentence}
 
 
 def _validation_clause(validation: Mapping) -> str:
