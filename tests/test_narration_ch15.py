@@ -54,7 +54,9 @@ def test_ranks_sentence_gives_every_loaders_tails_and_who_waited_in_the_exchange
     assert "tar shards, decode, 11.9 ms and 96.7 ms; JPEG folder, 20.0 ms and 22.0 ms" in sentence
     assert "Rank 0 spent longer in the exchange than rank 1 (7.7 against 1.5 ms, median)" in sentence
     even = [dict(rows[0], **{"all_reduce p50 ms": 1.0})] + rows[1:]
-    assert "neither rank was the other's straggler" in ch15.ranks_figures(even)["ranks_sentence"]
+    assert "neither was the other's straggler" in ch15.ranks_figures(even)["ranks_sentence"]
+    close = [dict(rows[0], **{"all_reduce p50 ms": 4.5}), dict(rows[1], **{"all_reduce p50 ms": 4.2})] + rows[2:]
+    assert "spent about as long in the exchange (4.2 and 4.5 ms" in ch15.ranks_figures(close)["ranks_sentence"]
 
 
 def _study(recovered: float | None) -> dict:
