@@ -349,8 +349,9 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
         # jupyterlab-myst evaluates a markdown cell's {eval} roles in a kernel request of its own and renders the
         # cell again when the answer arrives: on a busy machine that lags the last prompt by seconds. What is
         # checked is what the page shows once it has settled (or after PROSE_SETTLE_TIMEOUT), saved each round.
-        settle_started = time.monotonic()
+        settle_started, rounds = time.monotonic(), 0
         while True:
+            rounds += 1
             cells = panel.evaluate(_CELLS_AS_SHOWN)
             _save_and_wait(page, paired_path)
             notebook = json.loads(paired_path.read_text())
@@ -382,10 +383,10 @@ def test_a_chapter_runs_in_jupyterlab_and_its_prose_shows_the_measured_numbers(p
         assert saved == original, "saving changed the chapter's .md (run `make headers`?):\n" + _diff(original, saved, CHAPTER)
         assert len(cells) == len(notebook["cells"]), "the page and the saved notebook disagree on the cells"
         assert glued, f"{CHAPTER} glued no values: the test would check nothing"
-        assert not problems, (f"after the last prompt and {settle_seconds:.0f} s more for the markdown to render:\n"
+        assert not problems, (f"after the last prompt and {settle_seconds:.0f} s ({rounds} looks) more for the markdown to render:\n"
                               + "\n".join(problems))
         print(f"{CHAPTER}: ran in JupyterLab in {run_seconds:.0f} s; {len(glued)} cited values shown "
-              f"({settle_seconds:.0f} s after the last prompt)")
+              f"({settle_seconds:.0f} s and {rounds} look(s) after the last prompt)")
 
 
 # ---------------------------------------------------------------------------------------
