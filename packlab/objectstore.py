@@ -539,6 +539,23 @@ class S3ShardOpener:
         """The whole object: one ``GET``, its body streamed."""
         return self.open_from(url, 0)
 
+    def size(self, url: str) -> int:
+        """The object's size in bytes: one ``HEAD``, no body (how staging checks a copy it already has)."""
+        import botocore.exceptions
+
+        bucket, key = split_s3_url(url)
+        try:
+            return int(self.client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except botocore.exceptions.ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if status >= 500:
+                raise ShardReadError(f"cannot look up shard {url}: the server answered {status}.") from None
+            raise ShardError(f"cannot look up shard {url}: HTTP {status}. Check the bucket, key and credentials.") from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise ShardReadError(
+                f"cannot look up shard {url}: {str(exc).rstrip('.')}. Is the object store at {self.settings.endpoint} up?"
+            ) from None
+
     def open_from(self, url: str, offset: int, etag: str | None = None, end: int | None = None) -> ObjectStream:
         """The object from byte ``offset`` on (up to byte ``end``, exclusive): a ``GET`` with ``Range: bytes=offset-``.
 

@@ -91,6 +91,18 @@ def expand_shards(pattern: str) -> list[str]:
     return expand_pattern(pattern)
 
 
+def _size_without_reading(source: str, opener: Callable) -> int | None:
+    """The source's size in bytes without opening it for reading: the opener's ``size()``, or a local file's; else None."""
+    size = getattr(opener, "size", None)
+    if callable(size):
+        return int(size(source))
+    scheme = urllib.parse.urlparse(source).scheme
+    if scheme in ("", "file"):
+        path = urllib.parse.urlparse(source).path if scheme == "file" else source
+        return os.path.getsize(path) if os.path.exists(path) else None
+    return None
+
+
 def _expected_size(source: str, stream) -> int | None:
     """The source's size in bytes: announced by the stream (an object store's Content-Length) or the file's."""
     size = getattr(stream, "size", None)
@@ -120,13 +132,22 @@ def stage_shard(source: str, dest_dir: Path | str, opener: Callable[[str], Binar
     """Copy one shard into ``dest_dir`` (same file name) with a size check and an atomic rename.
 
     ``opener`` reads the source, as for a dataset: a path, an ``http(s)://`` URL, or
-    ``s3://`` with :class:`packlab.objectstore.S3ShardOpener`.
+    ``s3://`` with :class:`packlab.objectstore.S3ShardOpener`. A copy already there is
+    kept when its size matches the source's, asked without reading the source where the
+    opener can tell it (``S3ShardOpener.size``: one ``HEAD``) or the source is a file.
     """
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     name = Path(urllib.parse.urlparse(source).path).name or Path(source).name
     target = dest_dir / name
     start = time.perf_counter()
+    if target.exists():
+        # A copy already there is checked by size without reading the source: an opener that can tell the size
+        # (S3ShardOpener.size: a HEAD, no body) or a local file's. Opening the stream instead would send a GET whose
+        # body starts flowing (megabytes of it) only to be dropped.
+        known = _size_without_reading(source, opener)
+        if known is not None and target.stat().st_size == known:
+            return StagedShard(source, target, known, time.perf_counter() - start, copied=False)
     stream = opener(source)
     try:
         expected = _expected_size(source, stream)

@@ -98,3 +98,42 @@ def test_prices_and_the_resume_table_come_from_the_cost_model():
     assert table[1]["samples skipped"] == "64,000" and table[0]["samples skipped"] == "0"
     words = ch15.resume_figures(rows)["resume_sentence"]
     assert "The exact resume costs 64,064 requests" in words and "64,000 samples go unseen" in words
+
+
+def _cache_row(reader, epoch, requests, mb, rate=100.0, seconds=1.0, methods=None):
+    return {"reader": reader, "epoch": epoch, "requests": requests, "bytes_down": int(mb * 1e6),
+            "samples_per_s": rate, "seconds": seconds, "methods": methods or ({"GET": requests} if requests else {}),
+            "cache_bytes": 0}
+
+
+@pytest.mark.parametrize("again_mb, thrashed", [(27.5, True), (9.0, False)])
+def test_the_cache_sentences_follow_what_the_second_epoch_fetched(again_mb, thrashed):
+    study = {"rtt_ms": 80, "data": {"cache_limit_bytes": 13_800_000, "cache_fraction": 0.5, "mds_shards": 16,
+                                    "mds_tick_s": 0.007},
+             "rows": [_cache_row("straight from the store: TarShardDataset", 1, 4, 28.0),
+                      _cache_row("straight from the store: TarShardDataset", 2, 4, 28.0),
+                      _cache_row("staged to local disk first (packlab.staging)", 1, 4, 28.0, seconds=0.53),
+                      _cache_row("staged to local disk first (packlab.staging)", 2, 0, 0.0, seconds=0.05),
+                      _cache_row("MDS: cache holds the dataset", 1, 33, 27.6, rate=68, methods={"HEAD": 16, "GET": 17}),
+                      dict(_cache_row("MDS: cache holds the dataset", 2, 0, 0.0, rate=1100), predownload=8),
+                      _cache_row("MDS: predownload=256", 1, 33, 27.6, rate=80),
+                      _cache_row("MDS: predownload=256", 2, 0, 0.0, rate=9900),
+                      _cache_row("MDS: cache_limit = 50% of the dataset", 1, 33, 27.6),
+                      _cache_row("MDS: cache_limit = 50% of the dataset", 2, 30, again_mb)]}
+    words = ch15.cache_figures(study)
+    assert "17 GET, 16 HEAD" in words["cache_sentence"]
+    assert "the second sent 0 requests" in words["cache_sentence"]
+    assert "(8 samples ahead here) its threads sleep 7 ms" in words["cache_sentence"]  # 9,900 against 1,100 a second
+    assert ("kept nothing useful" in words["cache_limit_sentence"]) is thrashed
+    assert ("saved part" in words["cache_limit_sentence"]) is not thrashed
+    assert f"{again_mb:.1f} of the first epoch's 27.6 MB" in words["cache_limit_sentence"]
+    assert ("keeps almost nothing" in words["key_cache"]) is thrashed
+    assert words["key_cache"].startswith("A node-local cache or a staged copy takes the store out")
+
+
+def test_no_key_point_on_caches_when_the_cached_epoch_still_asked_the_store():
+    study = {"rtt_ms": 80, "data": {"cache_limit_bytes": 1, "cache_fraction": 0.5, "mds_shards": 16},
+             "rows": [_cache_row("MDS: cache holds the dataset", 1, 33, 27.6),
+                      _cache_row("MDS: cache holds the dataset", 2, 3, 1.0)]}
+    words = ch15.cache_figures(study)
+    assert words["key_cache"] == "" and "its second 3 requests" in words["cache_sentence"]

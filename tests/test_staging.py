@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from packlab import audit, data, pack, staging, storage
+from packlab import audit, pack, staging, storage
 from packlab.loaders.tar import ShardError, ShardSplitError, TarShardDataset, open_shard, skip_decode
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,36 @@ def test_a_second_staging_reuses_complete_copies_and_replaces_wrong_ones(shards,
     again = staging.stage_shards(shards, tmp_path)
     assert [s.copied for s in again.shards] == [False, True, False, False]
     assert (tmp_path / shards[1].name).read_bytes() == shards[1].read_bytes()
+
+
+def test_a_copy_already_there_is_checked_by_its_size_without_reading_the_source(shards, tmp_path):
+    staging.stage_shards(shards, tmp_path)
+
+    def no_reads(name):
+        raise AssertionError(f"{name} was opened for reading although its copy is complete")
+
+    again = staging.stage_shards(shards, tmp_path, no_reads)  # local sources: the file's size
+    assert not any(s.copied for s in again.shards)
+
+    class SizedOpener:  # as S3ShardOpener: size() is a HEAD, __call__ a GET
+        def __init__(self):
+            self.sized, self.opened = [], []
+
+        def size(self, name):
+            self.sized.append(name)
+            return (shards[0].parent / name.rsplit("/", 1)[-1]).stat().st_size
+
+        def __call__(self, name):
+            self.opened.append(name)
+            return open_shard(str(shards[0].parent / name.rsplit("/", 1)[-1]))
+
+    opener = SizedOpener()
+    urls = [f"s3://bucket/shards/{s.name}" for s in shards]
+    (tmp_path / shards[2].name).write_bytes(b"cut short")
+    third = staging.stage_shards(urls, tmp_path, opener)
+    assert [s.copied for s in third.shards] == [False, False, True, False]
+    assert opener.sized == urls and opener.opened == [urls[2]]  # only the wrong copy was read again
+    assert (tmp_path / shards[2].name).read_bytes() == shards[2].read_bytes()
 
 
 def test_a_copy_cut_short_raises_and_never_appears_under_the_final_name(shards, tmp_path):

@@ -129,3 +129,32 @@ def test_the_time_to_the_first_sample_grows_with_the_round_trip(store, proxy):
     row = sl.measure("shards", sl.shard_stream_items(store, settings), proxy, rtt_ms=60)
     assert time.monotonic() - start >= SHARDS * 0.060
     assert row["first_sample_s"] >= 0.060
+
+
+# ------------------------------------------------------------------ a node-local cache (packlab.store_cache)
+
+
+def test_two_epochs_of_each_cache_count_what_the_second_epoch_fetches_again(tmp_path):
+    from packlab import store_cache
+
+    root = data.generate(tmp_path / "data", count=SHARDS * PER_SHARD, seed=6, workers=2, progress=False)
+    study = store_cache.cache_study(tmp_path / "cache", rtt_ms=0, shards=SHARDS, per_shard=PER_SHARD, root=root)
+    by = {}  # reader -> epoch -> row
+    for row in study["rows"]:
+        by.setdefault(row["reader"], {})[row["epoch"]] = row
+    assert all(row["samples"] == SHARDS * PER_SHARD for row in study["rows"])
+    straight = next(v for k, v in by.items() if k.startswith("straight"))
+    staged = next(v for k, v in by.items() if k.startswith("staged"))
+    whole = next(v for k, v in by.items() if k.startswith("MDS: cache holds"))
+    limited = next(v for k, v in by.items() if k.startswith("MDS: cache_limit"))
+    # Nothing kept: the second epoch fetches every shard again.
+    assert straight[1]["methods"] == straight[2]["methods"] == {"GET": SHARDS}
+    # Staged once before the first epoch: the second reads the local copies and asks the store nothing.
+    assert staged[1]["methods"] == {"GET": SHARDS} and staged[1]["cache_bytes"] == study["data"]["tar_bytes"]
+    assert staged[2]["requests"] == 0 and staged[2]["bytes_down"] == 0
+    # Streaming's cache that holds the dataset: downloaded once (a HEAD and a GET per shard), then no request.
+    assert whole[1]["methods"].get("HEAD", 0) >= store_cache.CACHE_SHARDS - 1
+    assert whole[2]["requests"] == 0 and whole[2]["bytes_down"] == 0
+    # Half the dataset, read in the same order: every shard is evicted before its turn, so it all comes again.
+    assert limited[1]["cache_bytes"] <= study["data"]["cache_limit_bytes"]
+    assert limited[2]["bytes_down"] >= 0.9 * limited[1]["bytes_down"] > 0

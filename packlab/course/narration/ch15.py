@@ -220,3 +220,82 @@ def resume_figures(rows: Sequence[Mapping]) -> dict:
         "is preempted and on whether a skipped or repeated sample matters for its recipe (chapter 13 measures what an "
         "order costs).")
     return {"resume_sentence": sentence}
+
+
+# ------------------------------------------------------------------------------ a cache on the node
+
+CACHE_STRAIGHT = "straight from the store"
+CACHE_STAGED = "staged to local disk first"
+CACHE_MDS_ALL = "MDS: cache holds the dataset"
+CACHE_MDS_AHEAD = "MDS: predownload"
+CACHE_MDS_HALF = "MDS: cache_limit"
+
+
+def _methods(row: Mapping) -> str:
+    """``"17 GET, 16 HEAD"``: the requests of a row by HTTP method, most first."""
+    counts = sorted(row.get("methods", {}).items(), key=lambda item: -item[1])
+    return ", ".join(f"{count} {method}" for method, count in counts) or "none"
+
+
+def cache_table_rows(rows: Sequence[Mapping]) -> list[dict]:
+    """The cache study as a table: per way of reading and epoch, rate, seconds, requests by method, bytes, disk used."""
+    return [{"reader": r["reader"], "epoch": r["epoch"], "samples/s": f"{r['samples_per_s']:,.0f}",
+             "seconds": f"{r['seconds']:.2f}", "requests": _methods(r), "MB read": f"{r['bytes_down'] / 1e6:.1f}",
+             "MB on local disk": f"{r['cache_bytes'] / 1e6:.1f}"} for r in rows]
+
+
+def _epochs(rows: Sequence[Mapping], prefix: str) -> tuple[Mapping, Mapping] | None:
+    found = {r["epoch"]: r for r in rows if r["reader"].startswith(prefix)}
+    return (found[1], found[2]) if 1 in found and 2 in found else None
+
+
+@provides_figures("cache_sentence", "cache_limit_sentence", "key_cache")
+def cache_figures(study: Mapping) -> dict:
+    """What each way of reading paid in its second epoch, and what a cache too small for one pass kept."""
+    rows, rtt = study["rows"], study["rtt_ms"]
+    parts = []
+    straight, staged = _epochs(rows, CACHE_STRAIGHT), _epochs(rows, CACHE_STAGED)
+    mds, ahead, half = _epochs(rows, CACHE_MDS_ALL), _epochs(rows, CACHE_MDS_AHEAD), _epochs(rows, CACHE_MDS_HALF)
+    if straight:
+        parts.append(f"read straight from the store, the second epoch sent {straight[1]['requests']} requests and "
+                     f"read {straight[1]['bytes_down'] / 1e6:.1f} MB again, as the first did")
+    if staged:
+        parts.append(f"staged, the first epoch (the copy, then the local read) took {staged[0]['seconds']:.2f} s"
+                     + (f" against {straight[0]['seconds']:.2f} s straight from the store" if straight else "")
+                     + f", and the second sent {staged[1]['requests']} requests and took {staged[1]['seconds']:.2f} s")
+    if mds:
+        parts.append(f"MosaicML Streaming's first epoch sent {_methods(mds[0])} (boto3's download_file, which it "
+                     f"calls, sends a HEAD for the size before each GET) at {mds[0]['samples_per_s']:,.0f} "
+                     f"samples/s, and its second {mds[1]['requests']} requests")
+    sentence = f"At {rtt:g} ms to first byte: " + "; ".join(parts) + "." if parts else "The cache study did not run."
+    if mds and ahead:
+        faster = ahead[1]["samples_per_s"] / mds[1]["samples_per_s"] if mds[1]["samples_per_s"] else float("inf")
+        sentence += (f" With predownload set to a whole epoch, its first epoch ran at "
+                     f"{ahead[0]['samples_per_s']:,.0f} samples/s against {mds[0]['samples_per_s']:,.0f} (its one "
+                     "download thread still fetches a shard at a time), and its second, from the same cache, at "
+                     f"{ahead[1]['samples_per_s']:,.0f} against {mds[1]['samples_per_s']:,.0f}"
+                     + (f" ({faster:.1f} times): with the default ({mds[1].get('predownload', '?')} samples ahead "
+                        f"here) its threads sleep {study['data'].get('mds_tick_s', 0) * 1000:.0f} ms whenever they "
+                        "are that far ahead, and the reading waits on them." if faster >= 2 else "."))
+    thrashed = False
+    if half:
+        limit_mb = study["data"]["cache_limit_bytes"] / 1e6
+        again, first = half[1]["bytes_down"], half[0]["bytes_down"]
+        thrashed = bool(first) and again >= 0.9 * first
+        share = f"{study['data']['cache_fraction']:.0%} of the dataset"
+        if thrashed:
+            limit_sentence = (f"A cache_limit of {limit_mb:.1f} MB, {share}, kept nothing useful: the "
+                              f"second epoch downloaded {again / 1e6:.1f} of the first epoch's {first / 1e6:.1f} MB "
+                              "again. Read in the same order every epoch, the least recently used shard is always "
+                              "the next one needed, so a cache smaller than one pass evicts each shard before its "
+                              "turn comes round.")
+        else:
+            limit_sentence = (f"A cache_limit of {limit_mb:.1f} MB, {share}, saved part of the second "
+                              f"epoch: it downloaded {again / 1e6:.1f} of the first epoch's {first / 1e6:.1f} MB again.")
+    else:
+        limit_sentence = "A cache smaller than the dataset was not measured here."
+    key = ""
+    if mds and mds[1]["requests"] == 0:
+        key = "A node-local cache or a staged copy takes the store out of every epoch after the first"
+        key += ("; a cache smaller than one pass, read in the same order, keeps almost nothing." if thrashed else ".")
+    return {"cache_sentence": sentence, "cache_limit_sentence": limit_sentence, "key_cache": key}
