@@ -68,27 +68,6 @@ def _mds_copy(server: objectstore.LocalS3Server, workdir: Path, samples, seed: i
     return f"s3://{objectstore.DEFAULT_BUCKET}/cache/mds", shard_bytes
 
 
-def _mds_epochs(remote: str, settings: objectstore.S3Settings, cache: Path, **options) -> Callable[[], Iterable]:
-    """Epochs of one ``StreamingDataset`` over ``remote`` (made on the first epoch, kept for the next ones)."""
-    from streaming import StreamingDataset
-
-    from packlab.loaders.streaming_peers import registered_mds
-
-    shutil.rmtree(cache, ignore_errors=True)
-    env = dict(settings.environment(), S3_ENDPOINT_URL=settings.endpoint)
-    holder: dict = {}
-
-    def epoch():
-        with store_latency.environment(**env):
-            if "dataset" not in holder:
-                holder["dataset"] = registered_mds(lambda: StreamingDataset(
-                    remote=remote, local=str(cache), shuffle=False, batch_size=1, **options))
-            yield from holder["dataset"]
-
-    epoch.dataset = lambda: holder.get("dataset")  # for the row: the settings Streaming chose (its predownload)
-    return epoch
-
-
 def _staged_epochs(urls: list[str], settings: objectstore.S3Settings, local: Path) -> Callable[[], Iterable]:
     """The course's staging as a job does it: the first epoch copies the shards to ``local`` (once, at the job's
     start) and reads the copies; every later epoch reads the copies alone."""
@@ -119,13 +98,13 @@ def cache_rows(store: store_latency.StoreData, settings: objectstore.S3Settings,
         "straight from the store: TarShardDataset": (store_latency.shard_stream_items(store, settings), None),
         "staged to local disk first (packlab.staging)": (_staged_epochs(store.urls, settings, workdir / "staged"),
                                                          workdir / "staged"),
-        "MDS: cache holds the dataset": (_mds_epochs(mds_remote, settings, workdir / "mds-cache-all"),
+        "MDS: cache holds the dataset": (store_latency.mds_epochs(mds_remote, settings, workdir / "mds-cache-all"),
                                          workdir / "mds-cache-all"),
         f"MDS: predownload={PREDOWNLOAD_AHEAD}": (
-            _mds_epochs(mds_remote, settings, workdir / "mds-cache-ahead", predownload=PREDOWNLOAD_AHEAD),
+            store_latency.mds_epochs(mds_remote, settings, workdir / "mds-cache-ahead", predownload=PREDOWNLOAD_AHEAD),
             workdir / "mds-cache-ahead"),
         f"MDS: cache_limit = {cache_fraction:.0%} of the dataset": (
-            _mds_epochs(mds_remote, settings, workdir / "mds-cache-limited", cache_limit=limit),
+            store_latency.mds_epochs(mds_remote, settings, workdir / "mds-cache-limited", cache_limit=limit),
             workdir / "mds-cache-limited"),
     }
     rows = []
@@ -162,7 +141,9 @@ def cache_study(workdir: Path | str, seed: int = 0, rtt_ms: float = CACHE_RTT_MS
                               mds_bytes, rtt_ms, cache_fraction)
     with contextlib.suppress(OSError):
         shutil.rmtree(workdir)
-    from streaming.base.constant import TICK  # how long Streaming's threads sleep when they are far enough ahead
+    from streaming.base.constant import (
+        TICK,  # how long Streaming's threads sleep when they are far enough ahead
+    )
 
     return {"rows": rows, "rtt_ms": rtt_ms,
             "data": {"samples": len(store.spans), "tar_bytes": store.shard_bytes, "mds_shards": CACHE_SHARDS,

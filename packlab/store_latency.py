@@ -274,12 +274,14 @@ def s3torchconnector_items(store: StoreData, settings: objectstore.S3Settings) -
     return items
 
 
-def mds_items(store: StoreData, settings: objectstore.S3Settings, cache: Path) -> tuple[Callable, Callable]:
-    """MosaicML Streaming over the MDS copy: (first epoch, downloading to ``cache``; second epoch, from it).
+def mds_epochs(remote: str, settings: objectstore.S3Settings, cache: Path, **options) -> Callable[[], Iterable]:
+    """Epochs of one MosaicML Streaming ``StreamingDataset`` over ``remote``, its local cache in ``cache``.
 
+    The dataset is made on the first call and kept, so the first epoch downloads to the
+    cache and later ones read it (as far as ``options`` such as ``cache_limit`` let them).
     MDS reads the endpoint from ``S3_ENDPOINT_URL`` and the keys from the AWS variables
     when it builds its boto3 client, in the thread that downloads shards; both are set
-    while an epoch runs.
+    while an epoch runs. ``epoch.dataset()`` is the dataset (its settings, e.g. ``predownload``).
     """
     from streaming import StreamingDataset
 
@@ -289,17 +291,21 @@ def mds_items(store: StoreData, settings: objectstore.S3Settings, cache: Path) -
     env = dict(settings.environment(), S3_ENDPOINT_URL=settings.endpoint)
     holder: dict = {}
 
-    def first():
+    def epoch():
         with environment(**env):
-            holder["dataset"] = registered_mds(lambda: StreamingDataset(
-                remote=store.mds_remote, local=str(cache), shuffle=False, batch_size=1))
+            if "dataset" not in holder:
+                holder["dataset"] = registered_mds(lambda: StreamingDataset(
+                    remote=remote, local=str(cache), shuffle=False, batch_size=1, **options))
             yield from holder["dataset"]
 
-    def second():
-        with environment(**env):
-            yield from holder["dataset"]
+    epoch.dataset = lambda: holder.get("dataset")
+    return epoch
 
-    return first, second
+
+def mds_items(store: StoreData, settings: objectstore.S3Settings, cache: Path) -> tuple[Callable, Callable]:
+    """MosaicML Streaming over the MDS copy: (first epoch, downloading to ``cache``; second epoch, from it)."""
+    epoch = mds_epochs(store.mds_remote, settings, cache)
+    return epoch, epoch
 
 
 # ------------------------------------------------------------------ the sweep
