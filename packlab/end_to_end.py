@@ -35,14 +35,19 @@ class FreshProcess:
     that, :meth:`run` hands it a function and returns the result (an exception in it is
     raised here), :meth:`close` ends it. The caller's torch thread count (one, in the
     chapters) goes with it, as ``spawn`` does not carry it. The process is not a daemon, so
-    it may start loader workers of its own.
+    it may start loader workers of its own. Run after :meth:`close` (a notebook cell run a
+    second time), it starts a new process, with the imports that then take their time.
     """
 
     def __init__(self, modules: Sequence[str] = WARM_MODULES) -> None:
+        self._modules = tuple(modules)
+        self._start()
+
+    def _start(self) -> None:
         import torch
 
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        self._warming: Future = self._pool.submit(_warm_up, torch.get_num_threads(), tuple(modules))
+        self._warming: Future = self._pool.submit(_warm_up, torch.get_num_threads(), self._modules)
 
     def ready(self, timeout: float | None = 300) -> float:
         """Wait until the imports are done; returns the seconds they took in the process."""
@@ -50,23 +55,21 @@ class FreshProcess:
 
     def run(self, function: Callable, *args: Any) -> Any:
         """``function(*args)`` in the process; ``function`` must be importable (a module's top-level function)."""
+        if self._pool is None:
+            self._start()
         self.ready()
         return self._pool.submit(function, *args).result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def __enter__(self) -> FreshProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def in_fresh_process(function: Callable, *args: Any) -> Any:
-    """``function(*args)`` in a new Python process started for it, its result back."""
-    with FreshProcess(modules=()) as process:
-        return process.run(function, *args)
 
 
 def _warm_up(threads: int, modules: tuple[str, ...]) -> float:

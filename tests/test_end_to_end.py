@@ -29,7 +29,8 @@ def test_a_function_runs_in_a_fresh_process_with_the_caller_s_torch_threads():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        doubled, pid, threads = end_to_end.in_fresh_process(_where_and_threads, 21)
+        with end_to_end.FreshProcess(modules=()) as process:
+            doubled, pid, threads = process.run(_where_and_threads, 21)
     finally:
         torch.set_num_threads(before)
     assert doubled == 42 and pid != os.getpid() and threads == 1
@@ -47,4 +48,17 @@ def test_a_process_started_early_has_its_imports_done_and_keeps_its_pid_between_
 
 def test_an_error_in_the_fresh_process_is_raised_in_the_caller():
     with pytest.raises(ValueError, match="shard 7 is truncated"):
-        end_to_end.in_fresh_process(_fails)
+        with end_to_end.FreshProcess(modules=()) as process:
+            process.run(_fails)
+
+
+def test_a_run_after_close_starts_a_new_process():
+    # An attendee runs "All together" a second time, after its cell closed the process.
+    process = end_to_end.FreshProcess(modules=())
+    first = process.run(_where_and_threads, 1)[1]
+    process.close()
+    try:
+        second = process.run(_where_and_threads, 2)[1]
+    finally:
+        process.close()
+    assert second not in (first, os.getpid())
