@@ -2,8 +2,8 @@
 
 A training job runs its loader in a fresh process started for it, not in a notebook's kernel
 that has already run ten sections, and the two gave different answers. On 30 November, with
-the same code and the same 1,024 images, our loader reached 0.80-0.86 of its ceiling (the
-medians of eight runs) when measured inside chapter 11's kernel at the end of the chapter,
+the same code and the same 1,024 images, our loader reached 0.80-0.86 of its ceiling (eight runs,
+each its median over the ceiling's median, the ratio the course used then) when measured inside chapter 11's kernel at the end of the chapter,
 and 0.74-0.80 in a fresh Python process (nine runs), where ``make bench`` (itself a fresh
 process) read 0.76 and 0.77. What the kernel's history changes was not found: the same code
 in a fresh kernel read 0.76-0.80 (three runs), a notebook of the chapter's set-up, its

@@ -97,3 +97,27 @@ def verdict_rates(contenders: int = 2, penalty: float = 0.0, order: str = "balan
         held += interval is not None and interval.low <= ratio <= interval.high
     return {"equal called different": equal / trials, f"{ratio:g}x found": found / trials,
             "interval held the ratio": held / trials}
+
+
+def passes_its_ceiling(share: float = 1.0, noise: float = 0.05, rounds: int = 6, trials: int = 2000,
+                       seed: int = 0, outliers: float = 0.0, slowdown: float = 3.0) -> dict[str, float]:
+    """How often a loader at ``share`` of its ceiling's true rate comes out above the ceiling, two ways.
+
+    The loader and its ceiling are fakes (as in :func:`verdict_rates`) run in ``rounds``
+    counterbalanced rounds. ``"median above median"`` is how often the loader's median
+    passes the ceiling's median; ``"mis-measured"`` how often
+    :func:`packlab.ceiling.loader_vs_ceiling` says so (the loader's median above the
+    ceiling's best run, or its runs clearly above). For a loader that does exactly the
+    ceiling's work (``share=1``) the first is about one half, whatever the rounds: the
+    reason the course takes a ceiling's best run as its figure.
+    """
+    from packlab.ceiling import loader_vs_ceiling
+
+    rng = np.random.default_rng(seed)
+    median_above = mis_measured = 0
+    for _ in range(trials):
+        loader, ceiling = simulated_spreads(2, share, 0.0, "balanced", rng, noise=noise, rounds=rounds,
+                                            outliers=outliers, slowdown=slowdown)
+        median_above += loader.median > ceiling.median
+        mis_measured += loader_vs_ceiling(loader, ceiling).mis_measured
+    return {"median above median": median_above / trials, "mis-measured": mis_measured / trials}

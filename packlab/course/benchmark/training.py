@@ -11,9 +11,9 @@ differs:
 * ``<loader> vs own ceiling``: a loader over the parallel ceiling of *its own* input and
   per-image work (:func:`packlab.ceiling.crop_ceiling`) over the loader's epoch of images,
   so no loader can beat it; the ratio and its words come from
-  :func:`packlab.ceiling.loader_vs_ceiling`, as chapter 11's do. A loader measured clearly
-  above its ceiling is reported as a mis-measured ceiling, and a ratio above 1 is stored as
-  None (its medians' ratio stays in the verdict's words);
+  :func:`packlab.ceiling.loader_vs_ceiling`, as chapter 11's do: the loader's median over the
+  ceiling's best run. A loader above that, or clearly above the ceiling's runs, is reported as
+  a mis-measured ceiling, and its ratio is stored as None;
 * ``ours_vs_dali_cpu``: ours over DALI's CPU pipeline on the same shards, same crops,
   same output;
 * ``decode_cost_ratio``: per image on one core, the originals' crop against each stored form's.
@@ -57,9 +57,9 @@ def goal_verdict(a: Spread, b: Spread, goal: float) -> dict:
 
 
 def ceiling_goal_verdict(loader: Spread, ceiling: Spread, goal: float) -> dict:
-    """:func:`goal_verdict` for a loader over its own ceiling, where a loader clearly above it shows nothing.
+    """:func:`goal_verdict` for a loader over its own ceiling, where a loader above it shows nothing.
 
-    A loader cannot pass the ceiling of its own work, so a run that puts it clearly above
+    A loader cannot pass the ceiling of its own work, so a run that puts it above
     (:func:`packlab.ceiling.loader_vs_ceiling`) measured the ceiling wrong: the goal is then
     neither reached nor missed (verdict 0), and ``measured`` is None, as no ratio above 1 is a result.
     """
@@ -69,7 +69,7 @@ def ceiling_goal_verdict(loader: Spread, ceiling: Spread, goal: float) -> dict:
     ratio = loader_vs_ceiling(loader, ceiling)
     if ratio.mis_measured:
         out.update(measured=None, verdict=0, reached=False,
-                   words="not shown (the ceiling was mis-measured: the loader measured clearly above it)")
+                   words="not shown (the ceiling was mis-measured: the loader measured above it)")
     else:
         out["measured"] = ratio.result
     return out

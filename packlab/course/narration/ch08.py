@@ -7,6 +7,7 @@ comparison it cannot call clear is said to be one, in the summary too.
 from __future__ import annotations
 
 from packlab.bench import Spread, compare, interval_note, verdict, with_note
+from packlab.ceiling import ceiling_figure
 from packlab.course.prose import provides_figures
 
 
@@ -25,14 +26,20 @@ def readers_text(readers: int, cores: int, shards: int, batches: int) -> str:
             "would measure nothing (a tar reader without a shard stops the loader with a ShardSplitError)")
 
 
-@provides_figures("one_rate", "all_rate", "scaling", "dl_rate", "dl_share", "scaling_verdict")
+@provides_figures("one_rate", "all_rate", "scaling", "ceiling_rate", "dl_rate", "dl_share", "scaling_verdict")
 def gap_figures(gap: dict[str, Spread], cores: int) -> dict:
-    """The decode ceilings of one and of all cores, and the DataLoader's share of the latter."""
+    """The decode ceilings of one and of all cores, and the DataLoader's share of the latter.
+
+    The scaling compares the two ceilings' medians (the same kind of run on both sides); the
+    DataLoader's share is its median over the parallel ceiling's figure, its best run
+    (:func:`packlab.ceiling.ceiling_figure`), as every share of a ceiling in the course.
+    """
     one_core, all_cores, dataloader = (spread.median for spread in gap.values())
+    bound = ceiling_figure(list(gap.values())[1])
     scale = all_cores / (cores * one_core)
     return {
         "one_rate": f"{one_core:.0f}", "all_rate": f"{all_cores:.0f}", "scaling": f"{scale:.2f}",
-        "dl_rate": f"{dataloader:.0f}", "dl_share": f"{dataloader / all_cores:.2f}",
+        "ceiling_rate": f"{bound:.0f}", "dl_rate": f"{dataloader:.0f}", "dl_share": f"{dataloader / bound:.2f}",
         "scaling_verdict": "the cores scale almost in proportion" if scale >= 0.85 else
         "less than in proportion: the processes slowed each other down (shared caches and memory, or other programs)",
     }
