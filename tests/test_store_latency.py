@@ -156,5 +156,11 @@ def test_two_epochs_of_each_cache_count_what_the_second_epoch_fetches_again(tmp_
     assert whole[1]["methods"].get("HEAD", 0) >= store_cache.CACHE_SHARDS - 1
     assert whole[2]["requests"] == 0 and whole[2]["bytes_down"] == 0
     # Half the dataset, read in the same order: every shard is evicted before its turn, so it all comes again.
-    assert limited[1]["cache_bytes"] <= study["data"]["cache_limit_bytes"]
+    # Streaming makes room before each download (cache_usage + the shard's size <= cache_limit) but adds the shard to
+    # cache_usage only when it is down (StreamingDataset.prepare_shard), so two downloads at once, its prepare thread's
+    # and its ready thread's or get_item's when they find a shard evicted (seen under load), can leave the cache up to a
+    # shard over the limit.
+    shard_bytes = study["data"]["mds_bytes"] / study["data"]["mds_shards"]
+    assert limited[1]["cache_bytes"] <= study["data"]["cache_limit_bytes"] + 1.5 * shard_bytes
+    assert limited[1]["cache_bytes"] < 0.8 * study["data"]["mds_bytes"]  # it did evict: far from the whole dataset
     assert limited[2]["bytes_down"] >= 0.9 * limited[1]["bytes_down"] > 0
