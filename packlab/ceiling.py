@@ -176,7 +176,7 @@ def ceiling_figure(runs: Spread) -> float:
     best of its repeats (``timeit.Timer.repeat``'s docstring: the lowest time is the one
     that says how fast the machine can run the code). A loader's figure stays its median,
     what it typically delivers. With the median on both sides, a loader doing exactly its
-    ceiling's work (the recycling loader of chapter 8, say) lands above the ceiling in
+    ceiling's work (``make bench``'s recycling tar loader, say) lands above the ceiling in
     about every second run, by noise alone; against the best run, about one run in twenty
     with six rounds each (:func:`packlab.simulated_runs.passes_its_ceiling`).
     """
