@@ -404,3 +404,30 @@ class RefillingReader(_Referencing):
 
 def test_a_correct_reader_written_differently_passes_every_part():
     assert failed_parts(RefillingReader) == set()
+
+
+def test_a_childs_failure_file_is_never_read_half_written(tmp_path, monkeypatch):
+    """The grader polls for the child's failure file and reads it at once: it must never find it empty.
+
+    An untouched stub's workers raise NotImplementedError; the clean clone of 29 Nov read the
+    file between its creation and its write and graded the stub with an IndexError instead.
+    """
+    from packlab.course.grading import resumable_reader
+
+    failure = tmp_path / "failure.txt"
+    failure.touch()  # what a plain write_text leaves for a moment
+    assert resumable_reader._last_line(str(failure), "exit code 0") == "exit code 0"
+    assert resumable_reader._last_line(str(tmp_path / "absent.txt"), "exit code 1") == "exit code 1"
+
+    seen_before_the_rename = []
+    real_replace = resumable_reader.os.replace
+
+    def replace(source, target):
+        seen_before_the_rename.append(failure.exists())
+        real_replace(source, target)
+
+    failure.unlink()
+    monkeypatch.setattr(resumable_reader.os, "replace", replace)
+    resumable_reader._write_failure(str(failure), "Traceback ...\nNotImplementedError: __iter__\n")
+    assert seen_before_the_rename == [False]
+    assert resumable_reader._last_line(str(failure), "exit code 0") == "NotImplementedError: __iter__"

@@ -242,8 +242,27 @@ def _run_until_killed(cls, shards: list[str], checkpoint: str, failure: str, wor
                 while True:
                     time.sleep(1)
     except BaseException:  # noqa: BLE001 - reported to the part, which fails with it
-        Path(failure).write_text(traceback.format_exc())
+        _write_failure(failure, traceback.format_exc())
     os._exit(0)
+
+
+def _write_failure(path: str, text: str) -> None:
+    """Write a child's failure whole or not at all: the grader polls for the file and reads it at once.
+
+    A plain ``write_text`` creates the file before it writes, so a grader that looks in
+    between reads nothing (the clean clone of 29 Nov graded an untouched stub's
+    NotImplementedError as an IndexError this way); a rename is atomic.
+    """
+    partial = path + ".partial"
+    Path(partial).write_text(text)
+    os.replace(partial, path)
+
+
+def _last_line(path: str, otherwise: str) -> str:
+    """The last non-blank line of a child's failure file (its exception), or ``otherwise`` without one."""
+    text = Path(path).read_text() if Path(path).exists() else ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else otherwise
 
 
 def _killed(ctx: Context, method: str) -> str:
@@ -260,8 +279,7 @@ def _killed(ctx: Context, method: str) -> str:
     try:
         while not Path(checkpoint + ".stopped").exists():
             if Path(failure).exists() or not child.is_alive():
-                text = Path(failure).read_text() if Path(failure).exists() else f"exit code {child.exitcode}"
-                last = [line for line in text.strip().splitlines() if line.strip()][-1]
+                last = _last_line(failure, f"exit code {child.exitcode}")
                 raise PartFailed(f"reading and saving loader.state_dict() with torch.save after each batch failed: {last}")
             if time.monotonic() > deadline:
                 raise PartFailed(f"the first 3 batches with 2 {method} workers did not arrive within {timeout:.0f} s")
@@ -432,9 +450,9 @@ def _train_until_signalled(cls, shards: list[str], checkpoint: str, failure: str
                 torch.save({"keys": keys, "state": loader.state_dict()}, checkpoint)
                 _fail_if_a_worker_was_killed(batches)
                 os._exit(STOPPED)
-        Path(failure).write_text("the epoch ended before the signal came")
+        _write_failure(failure, "the epoch ended before the signal came")
     except BaseException:  # noqa: BLE001 - reported to the part, which fails with it
-        Path(failure).write_text(traceback.format_exc())
+        _write_failure(failure, traceback.format_exc())
     os._exit(1)
 
 
@@ -461,7 +479,7 @@ def _stopped_and_resumed(ctx: Context, child, checkpoint: str, failure: str, wha
     failed because the signal killed one of its workers. Returns (the checkpoint, the rest).
     """
     if Path(failure).exists():
-        last = [line for line in Path(failure).read_text().strip().splitlines() if line.strip()][-1]
+        last = _last_line(failure, f"exit code {child.exitcode}")
         if "killed by signal" in last or "exited unexpectedly" in last:
             raise PartFailed(killed.format(last=last))
         raise PartFailed(f"the training loop failed: {last}")
