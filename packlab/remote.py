@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import http.server
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,22 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 (the base class's name)
         pass
+
+
+class _ServerThatLetsClientsLeave(http.server.ThreadingHTTPServer):
+    """A threading HTTP server that treats a client hanging up mid-file as normal, not as an error.
+
+    A training loop that stops early (a ``break``, a finished step count, a killed worker)
+    closes its connections while the server is still sending; ``socketserver`` would print a
+    ``BrokenPipeError`` traceback into the notebook for each one. Any other error is still printed.
+    """
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError, ...
+            return
+        super().handle_error(request, client_address)
 
 
 @contextmanager
@@ -43,8 +60,7 @@ def serve_directory(folder: Path | str, host: str = "127.0.0.1") -> Iterator[str
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot serve {folder}: not a folder")
     handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer((host, 0), handler)  # port 0: the OS picks a free one
-    server.daemon_threads = True
+    server = _ServerThatLetsClientsLeave((host, 0), handler)  # port 0: the OS picks a free one
     thread = threading.Thread(target=server.serve_forever, name=f"http-{folder.name}", daemon=True)
     thread.start()
     try:

@@ -306,6 +306,25 @@ def test_shards_over_http_read_exactly_once(shards, manifest):
     assert report.ok, report.summary()
 
 
+def test_a_client_that_hangs_up_mid_file_prints_no_traceback(tmp_path, capfd):
+    """A loop that stops early closes its connection while the server sends: not an error to print."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    (tmp_path / "big.bin").write_bytes(bytes(64 * 2**20))  # more than the sockets' buffers hold
+    with serve_directory(tmp_path) as base_url:
+        address = urlsplit(base_url)
+        for _ in range(3):
+            with socket.create_connection((address.hostname, address.port), timeout=10) as client:
+                client.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+                client.recv(65536)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        time.sleep(1.0)  # the server's threads meet the closed connections
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Broken pipe" not in err and "reset by peer" not in err, err
+
+
 def test_a_stalled_server_raises_after_the_timeout_instead_of_hanging():
     from packlab.loaders.tar import open_shard
 
