@@ -409,7 +409,7 @@ def test_a_correct_reader_written_differently_passes_every_part():
 def test_a_childs_failure_file_is_never_read_half_written(tmp_path, monkeypatch):
     """The grader polls for the child's failure file and reads it at once: it must never find it empty.
 
-    An untouched stub's workers raise NotImplementedError; the clean clone of 29 Nov read the
+    An untouched stub's workers raise NotImplementedError; CI's run of 30 Nov read the
     file between its creation and its write and graded the stub with an IndexError instead.
     """
     from packlab.course.grading import resumable_reader

@@ -250,7 +250,7 @@ def _write_failure(path: str, text: str) -> None:
     """Write a child's failure whole or not at all: the grader polls for the file and reads it at once.
 
     A plain ``write_text`` creates the file before it writes, so a grader that looks in
-    between reads nothing (the clean clone of 29 Nov graded an untouched stub's
+    between reads nothing (CI's run of 30 Nov graded an untouched stub's
     NotImplementedError as an IndexError this way); a rename is atomic.
     """
     partial = path + ".partial"
